@@ -1,0 +1,116 @@
+// k3 inspect: what a checkpoint holds, by kind, and how its experts are laid out.
+#include <cstdio>
+#include <map>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "apps/commands.h"
+#include "apps/flags.h"
+#include "core/checkpoint.h"
+#include "core/progress.h"
+
+namespace k3::cli {
+namespace {
+
+constexpr char kName[] = "inspect";
+
+void PrintConfig(const ModelConfig& c) {
+  int64_t mla = 0;
+  for (AttentionKind k : c.layer_kinds) mla += k == AttentionKind::kMla;
+  std::printf(
+      "layers      %lld (%lld KDA, %lld MLA at one-based %s), dense FFN in the first %lld\n",
+      static_cast<long long>(c.num_layers), static_cast<long long>(c.num_layers - mla),
+      static_cast<long long>(mla), absl::StrJoin(c.full_attn_layers, ",").c_str(),
+      static_cast<long long>(c.first_k_dense_replace));
+  std::printf("hidden      %lld, vocab %lld, AttnRes block %lld\n",
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
+              static_cast<long long>(c.attn_res_block_size));
+  std::printf(
+      "experts     %lld per MoE layer, top-%lld, %lld shared; latent %lld, width %lld; "
+      "%s each (MXFP4)\n",
+      static_cast<long long>(c.num_experts), static_cast<long long>(c.num_experts_per_token),
+      static_cast<long long>(c.num_shared_experts),
+      static_cast<long long>(c.routed_expert_hidden_size),
+      static_cast<long long>(c.moe_intermediate_size),
+      FormatBytes(static_cast<double>(c.expert_bytes())).c_str());
+}
+
+// Bytes per tensor group, from the spec's classification of every expected tensor.
+void PrintCensus(const Checkpoint& ckpt) {
+  const ModelConfig& c = ckpt.config();
+  std::map<TensorGroup, std::pair<uint64_t, int64_t>> groups;  // bytes, tensors
+  for (const TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) {
+    auto& g = groups[spec.group];
+    g.first += ckpt.Find(spec.name)->byte_size;
+    ++g.second;
+  }
+  const int64_t moe_layers = c.num_layers - c.first_k_dense_replace;
+  const int64_t experts = moe_layers * c.num_experts;
+  uint64_t expert_bytes = 0;
+  for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+    for (int64_t e = 0; e < c.num_experts; ++e) expert_bytes += ckpt.expert(l, e).total_bytes;
+  }
+  groups[TensorGroup::kRoutedExpert] = {expert_bytes, experts * 6};
+  std::map<DType, int64_t> dtypes;
+  for (const TensorInfo& t : ckpt.tensors()) ++dtypes[t.dtype];
+
+  std::printf("\n%-22s %12s %9s %7s\n", "kind", "bytes", "tensors", "share");
+  const double total = static_cast<double>(ckpt.total_bytes());
+  uint64_t trunk = 0;
+  for (const auto& [group, g] : groups) {
+    if (group != TensorGroup::kRoutedExpert) trunk += g.first;
+    std::printf("%-22s %12s %9lld %6.1f%%\n", std::string(TensorGroupName(group)).c_str(),
+                FormatBytes(static_cast<double>(g.first)).c_str(), static_cast<long long>(g.second),
+                100.0 * g.first / total);
+  }
+  std::printf("\ntrunk (all but routed experts) %s; routed experts %s in %lld experts\n",
+              FormatBytes(static_cast<double>(trunk)).c_str(),
+              FormatBytes(static_cast<double>(expert_bytes)).c_str(),
+              static_cast<long long>(experts));
+  std::vector<std::string> dt;
+  for (const auto& [d, n] : dtypes) dt.push_back(absl::StrCat(DTypeName(d), " ", n));
+  std::printf("dtypes      %s\n", absl::StrJoin(dt, ", ").c_str());
+
+  int64_t split = 0;
+  for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+    for (int64_t e = 0; e < c.num_experts; ++e) split += !ckpt.expert(l, e).contiguous();
+  }
+  if (split == 0) {
+    std::printf("layout      every expert's six tensors are adjacent: one read per expert\n");
+  } else {
+    std::printf("layout      %lld of %lld experts are not contiguous: up to six reads each\n",
+                static_cast<long long>(split), static_cast<long long>(experts));
+  }
+}
+
+int RunInspect(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  if (dir.empty()) return UsageError(kName, "--model DIR is required");
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ReportError(kName, ckpt.status());
+  std::printf(
+      "model       %s: %zu files, %s, %zu tensors\n", dir.c_str(), (*ckpt)->shard_paths().size(),
+      FormatBytes(static_cast<double>((*ckpt)->total_bytes())).c_str(), (*ckpt)->tensors().size());
+  PrintConfig((*ckpt)->config());
+  PrintCensus(**ckpt);
+  return kExitOk;
+}
+
+}  // namespace
+
+const Subcommand& InspectCommand() {
+  static const Subcommand kCommand = {
+      kName,
+      "show what a checkpoint holds and check that it is complete",
+      "inspect --model DIR",
+      "Shows what a checkpoint holds: its config, bytes by kind (embedding, attention, router,\n"
+      "shared and routed experts, ...), expert size and whether each expert is one contiguous\n"
+      "read. Opening the checkpoint checks every header and that every tensor the config needs\n"
+      "is present with the right shape.",
+      {"model"},
+      RunInspect};
+  return kCommand;
+}
+
+}  // namespace k3::cli

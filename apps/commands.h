@@ -1,0 +1,14 @@
+// The subcommands of `k3`, one file each (apps/cmd_<name>.cc).
+#pragma once
+
+#include "apps/cli.h"
+
+namespace k3::cli {
+
+const Subcommand& SynthCommand();
+const Subcommand& InspectCommand();
+const Subcommand& GenerateCommand();
+const Subcommand& CacheSimCommand();
+const Subcommand& BenchCommand();
+
+}  // namespace k3::cli

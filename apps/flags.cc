@@ -1,0 +1,26 @@
+#include "apps/flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (config.json and safetensors shards).");
+ABSL_FLAG(std::string, out, "", "Output directory.");
+ABSL_FLAG(std::string, preset, "tiny", "Synthetic model shape: tiny, demo or bench.");
+ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same bytes.");
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "Override a config key, e.g. --set hidden_size=256 --set full_attn_layers=4,8 "
+          "(repeatable).");
+ABSL_FLAG(double, router_skew, 0.0,
+          "Per-expert popularity in the router bias (0 = uniform routing; about 1 looks like "
+          "real traces).");
+ABSL_FLAG(std::string, dtype, "release",
+          "Float tensors: release (BF16 matrices, F32 where the release has F32), f16 or f32.");
+ABSL_FLAG(bool, force, false, "Overwrite an existing model in the output directory.");
+ABSL_FLAG(bool, quiet, false, "No progress bars or per-step tables.");
+ABSL_FLAG(std::string, out_json, "", "Also write the results as JSON to this file.");
+ABSL_FLAG(std::string, out_csv, "", "Also write the results as CSV to this file.");
+ABSL_FLAG(std::vector<std::string>, queue_depth, {},
+          "io_uring queue depth: reads kept in flight (a list where a command sweeps it).");
+ABSL_FLAG(std::vector<std::string>, storage_profile, {},
+          "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
+          "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");
+ABSL_FLAG(int32_t, repeat, 3, "Repetitions of each measurement; medians are reported.");

@@ -1,0 +1,58 @@
+// Where the forward pass gets routed experts from. The model asks for a layer's experts and
+// multiplies each one as its bytes become available; the streaming pipeline implements this
+// with the expert cache and io_uring, CheckpointExpertProvider with plain synchronous reads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/checkpoint.h"
+#include "kernels/mxfp4.h"
+
+namespace k3 {
+
+struct ExpertWeights {
+  kernels::Mxfp4Matrix w1;  // gate [moe_intermediate, latent]
+  kernels::Mxfp4Matrix w2;  // down [latent, moe_intermediate]
+  kernels::Mxfp4Matrix w3;  // up   [moe_intermediate, latent]
+};
+
+// Views of one expert's six tensors in `bytes`, laid out as `loc` describes (the
+// concatenation of its spans).
+ExpertWeights ViewExpert(const ModelConfig& config, const ExpertLocation& loc,
+                         std::span<const uint8_t> bytes);
+
+// Invariant 2 of DESIGN.md: an expert is used only after all its bytes arrived and were
+// checked. Refuses a wrong length and E8M0 scale bytes 0xFF (NaN, MODEL.md 0 Q3), naming the
+// tensor and where it lies in which file.
+absl::Status CheckExpertBytes(const Checkpoint& ckpt, int64_t layer, int64_t expert,
+                              std::span<const uint8_t> bytes);
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  // Fetches `experts` of `layer` and calls use(i, weights) once for each experts[i] when its
+  // bytes are in and checked, in any order and possibly from several threads at once. The
+  // views are valid only during the call. Returns the first error (it names file and offset
+  // or tensor); an expert is never skipped.
+  virtual absl::Status ForEachExpert(
+      int64_t layer, std::span<const int32_t> experts,
+      const std::function<void(size_t, const ExpertWeights&)>& use) = 0;
+};
+
+// Reads experts straight from the checkpoint, one at a time (page cache, no streaming); the
+// baseline the pipeline is compared with and what the model tests use.
+class CheckpointExpertProvider : public ExpertProvider {
+ public:
+  explicit CheckpointExpertProvider(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts,
+                             const std::function<void(size_t, const ExpertWeights&)>& use) override;
+
+ private:
+  const Checkpoint& ckpt_;
+};
+
+}  // namespace k3

@@ -1,0 +1,306 @@
+#include "core/model/model.h"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/model_ops.h"
+#include "kernels/ops.h"
+
+namespace k3 {
+namespace {
+
+using kernels::Sigmoid;
+
+// MLA LoRA norms use the first-party default epsilon, not rms_norm_eps (MODEL.md 0 Q1).
+constexpr float kMlaLoraEps = 1e-6f;
+constexpr float kL2Eps = 1e-6f;  // KDA q/k L2 norm, added to the sum of squares
+constexpr size_t kRowsPerTask = 64;
+
+std::span<float> Row(std::vector<float>& v, size_t row, size_t width) {
+  return {v.data() + row * width, width};
+}
+std::span<const float> Row(std::span<const float> v, size_t row, size_t width) {
+  return v.subspan(row * width, width);
+}
+
+void ForEachToken(size_t tokens, const std::function<void(size_t)>& fn) {
+  tbb::parallel_for(size_t{0}, tokens, fn);
+}
+
+void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, std::span<const float> x, size_t tokens,
+                         std::span<float> y) {
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, w.rows, kRowsPerTask),
+      [&](const tbb::blocked_range<size_t>& r) {
+        kernels::Mxfp4MatMul(w, x, tokens, y, r.begin(), r.end());
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace
+
+void Model::NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight,
+                     float eps, std::span<float> out) const {
+  const size_t d = weight.size();
+  for (size_t t = 0; t < tokens; ++t) {
+    kernels::RmsNorm(Row(x, t, d), weight, eps, out.subspan(t * d, d));
+  }
+}
+
+void Model::AttnRes(const std::vector<std::vector<float>>& snapshots,
+                    std::span<const float> prefix, size_t tokens, std::span<const float> fold,
+                    std::span<float> out) const {
+  const size_t d = fold.size();
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  ForEachToken(tokens, [&](size_t t) {
+    std::vector<const float*> candidates;
+    for (const auto& s : snapshots) candidates.push_back(s.data() + t * d);
+    candidates.push_back(prefix.data() + t * d);
+    kernels::AttnResMix(candidates, fold, eps, out.subspan(t * d, d));
+  });
+}
+
+void Model::Kda(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
+                std::span<float> out) const {
+  const KdaWeights& w = trunk_.layers[layer].kda;
+  const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
+  const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
+  std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width),
+      v(tokens * width), gate(tokens * width), z(tokens * width), low(tokens * dim),
+      beta(tokens * heads);
+  // Projections, then the causal convolutions (which advance the carried history).
+  const std::pair<const Matrix*, std::vector<float>*> qkv[3] = {{&w.q, &q}, {&w.k, &k}, {&w.v, &v}};
+  const std::vector<float>* conv[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
+  for (int i = 0; i < 3; ++i) {
+    MatMul(*qkv[i].first, x, tokens, raw);
+    kernels::ShortConvSilu(raw, tokens, width, *conv[i], kernel, state.conv_history(layer, i),
+                           *qkv[i].second);
+  }
+  MatMul(w.g, x, tokens, gate);
+  MatMul(w.f_a, x, tokens, low);
+  MatMul(w.f_b, low, tokens, z);
+  MatMul(w.b, x, tokens, beta);
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float lower_bound = static_cast<float>(config_.gate_lower_bound);
+  ForEachToken(tokens, [&](size_t t) {
+    kernels::L2NormalizeHeads(Row(q, t, width), dim, kL2Eps);
+    kernels::L2NormalizeHeads(Row(k, t, width), dim, kL2Eps);
+    for (float& e : Row(q, t, width)) e *= q_scale;
+    for (size_t h = 0; h < heads; ++h) beta[t * heads + h] = Sigmoid(beta[t * heads + h]);
+    // Decay: A_log per head, dt_bias per channel, added before the exp(A) scale (MODEL.md 2.4.6).
+    std::span<float> alpha = Row(z, t, width);
+    for (size_t c = 0; c < width; ++c) {
+      const float a = std::exp(w.a_log[c / dim]);
+      alpha[c] = std::exp(lower_bound * Sigmoid(a * (alpha[c] + w.dt_bias[c])));
+    }
+  });
+  // The recurrence runs token by token; heads are independent.
+  std::vector<float> o(tokens * width);
+  std::span<float> s = state.kda_state(layer);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  for (size_t t = 0; t < tokens; ++t) {
+    tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
+      const size_t at = t * width + h * dim;
+      std::span<float> oh(o.data() + at, dim);
+      kernels::KdaStep(s.subspan(h * dim * dim, dim * dim), dim, dim, {q.data() + at, dim},
+                       {k.data() + at, dim}, {v.data() + at, dim}, {z.data() + at, dim},
+                       beta[t * heads + h], oh);
+      kernels::RmsNorm(oh, w.o_norm, eps, oh);  // norm, then gate (KDA; MLA only gates)
+      for (size_t i = 0; i < dim; ++i) oh[i] *= Sigmoid(gate[at + i]);
+    });
+  }
+  MatMul(w.o, o, tokens, out);
+}
+
+void Model::Mla(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
+                std::span<float> out) const {
+  const MlaWeights& w = trunk_.layers[layer].mla;
+  const size_t heads = config_.num_attention_heads, nope = config_.qk_nope_head_dim,
+               rope = config_.qk_rope_head_dim, vdim = config_.v_head_dim,
+               latent = config_.kv_lora_rank, qrank = config_.q_lora_rank;
+  const size_t qwidth = nope + rope, kvwidth = nope + vdim, row_width = latent + rope;
+  std::vector<float> cq(tokens * qrank), q(tokens * heads * qwidth), kv(tokens * row_width);
+  MatMul(w.q_a, x, tokens, cq);
+  NormRows(cq, tokens, w.q_a_norm, kMlaLoraEps, cq);
+  MatMul(w.q_b, cq, tokens, q);
+  MatMul(w.kv_a, x, tokens, kv);
+  // Cache the normalised latent and the shared key part (never rotated: NoPE).
+  std::vector<float>& cache = state.mla_cache(layer);
+  const size_t first = cache.size() / row_width;
+  for (size_t t = 0; t < tokens; ++t) {
+    std::span<float> row = Row(kv, t, row_width);
+    kernels::RmsNorm(row.first(latent), w.kv_a_norm, kMlaLoraEps, row.first(latent));
+    cache.insert(cache.end(), row.begin(), row.end());
+  }
+  std::vector<float> gate(tokens * heads * vdim), o(tokens * heads * vdim);
+  if (w.g.data != nullptr) MatMul(w.g, x, tokens, gate);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qwidth));
+  for (size_t t = 0; t < tokens; ++t) {
+    const size_t positions = first + t + 1;  // causal: itself and everything before
+    tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
+      std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
+      // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
+      std::vector<float> q_hat(latent, 0.0f), ctx(latent), scores(positions);
+      for (size_t j = 0; j < nope; ++j) RowAxpy(w.kv_b, h * kvwidth + j, qh[j], q_hat);
+      kernels::MlaAttendHead(q_hat, qh.subspan(nope, rope), cache, positions, latent, rope, scale,
+                             scores, ctx);
+      for (size_t i = 0; i < vdim; ++i) {
+        const size_t at = (t * heads + h) * vdim + i;
+        o[at] = RowDot(w.kv_b, h * kvwidth + nope + i, ctx);
+        if (w.g.data != nullptr) o[at] *= Sigmoid(gate[at]);
+      }
+    });
+  }
+  MatMul(w.o, o, tokens, out);
+}
+
+void Model::DenseFfn(int64_t layer, std::span<const float> x, size_t tokens,
+                     std::span<float> out) const {
+  const DenseFfnWeights& w = trunk_.layers[layer].dense;
+  std::vector<float> gate(tokens * w.gate.rows), up(tokens * w.up.rows);
+  MatMul(w.gate, x, tokens, gate);
+  MatMul(w.up, x, tokens, up);
+  kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
+  MatMul(w.down, gate, tokens, out);
+}
+
+absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
+                        std::span<float> out) const {
+  const MoeWeights& w = trunk_.layers[layer].moe;
+  const size_t experts = config_.num_experts, top = config_.num_experts_per_token;
+  const size_t latent = config_.routed_expert_hidden_size, width = config_.moe_intermediate_size;
+  // Route every token on the full width, in fp32.
+  std::vector<float> logits(tokens * experts);
+  MatMul(w.router, x, tokens, logits);
+  std::vector<std::vector<kernels::RoutedExpert>> routes(tokens);
+  const bool renormalize = config_.moe_renormalize && top > 1;
+  for (size_t t = 0; t < tokens; ++t) {
+    kernels::RouteTopK(Row(logits, t, experts), w.router_bias, top, renormalize,
+                       static_cast<float>(config_.routed_scaling_factor), routes[t]);
+  }
+  std::vector<float> z(tokens * latent);
+  MatMul(w.latent_down, x, tokens, z);
+  // The union of the chunk's experts, each with the (token, rank) pairs that chose it.
+  std::map<int32_t, std::vector<std::pair<size_t, size_t>>> users;
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t j = 0; j < top; ++j) users[routes[t][j].expert].emplace_back(t, j);
+  }
+  std::vector<int32_t> wanted;
+  std::vector<const std::vector<std::pair<size_t, size_t>>*> wanted_users;
+  for (const auto& [e, u] : users) {
+    wanted.push_back(e);
+    wanted_users.push_back(&u);
+  }
+  // Each expert's output goes to its own slot, whatever order the bytes arrive in.
+  std::vector<float> slots(tokens * top * latent);
+  absl::Status status = experts_.ForEachExpert(
+      layer, wanted, [&](size_t i, const ExpertWeights& ew) {
+        const auto& u = *wanted_users[i];
+        const size_t n = u.size();
+        std::vector<float> in(n * latent), gate(n * width), up(n * width), y(n * latent);
+        for (size_t r = 0; r < n; ++r) {
+          std::copy_n(z.data() + u[r].first * latent, latent, in.data() + r * latent);
+        }
+        Mxfp4MatMulParallel(ew.w1, in, n, gate);
+        Mxfp4MatMulParallel(ew.w3, in, n, up);
+        kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
+        Mxfp4MatMulParallel(ew.w2, gate, n, y);
+        for (size_t r = 0; r < n; ++r) {
+          const auto [t, j] = u[r];
+          std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
+        }
+      });
+  if (!status.ok()) return status;
+  // Fixed-order weighted sum (descending score), latent norm, up-projection.
+  std::vector<float> agg(tokens * latent, 0.0f);
+  for (size_t t = 0; t < tokens; ++t) {
+    std::span<float> a = Row(agg, t, latent);
+    for (size_t j = 0; j < top; ++j) {
+      kernels::Axpy(routes[t][j].weight, {slots.data() + (t * top + j) * latent, latent}, a);
+    }
+    if (config_.latent_moe_use_norm) {
+      kernels::RmsNorm(a, w.latent_norm, static_cast<float>(config_.rms_norm_eps), a);
+    }
+  }
+  MatMul(w.latent_up, agg, tokens, out);
+  if (config_.num_shared_experts > 0) {  // one fused MLP on the full width, unweighted
+    std::vector<float> gate(tokens * w.shared_gate.rows), up(tokens * w.shared_up.rows),
+        shared(tokens * config_.hidden_size);
+    MatMul(w.shared_gate, x, tokens, gate);
+    MatMul(w.shared_up, x, tokens, up);
+    kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
+    MatMul(w.shared_down, gate, tokens, shared);
+    for (size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state,
+                            bool all_positions, std::vector<float>& logits,
+                            const LayerObserver& observer) {
+  const size_t tokens = ids.size(), d = config_.hidden_size;
+  if (tokens == 0) return absl::InvalidArgumentError("no tokens to run");
+  for (size_t i = 0; i < tokens; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
+                                                     " is outside the vocabulary (0..",
+                                                     config_.vocab_size - 1, ")"));
+    }
+  }
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  // The residual stream per token: the running prefix P and the block snapshots B.
+  std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d), branch(tokens * d);
+  for (size_t t = 0; t < tokens; ++t) RowToFloat(trunk_.embed, ids[t], Row(prefix, t, d));
+  std::vector<std::vector<float>> snapshots;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& lw = trunk_.layers[l];
+    if (snapshots.empty()) {
+      h = prefix;
+    } else {
+      AttnRes(snapshots, prefix, tokens, lw.attn_res_fold, h);
+    }
+    // On a boundary the old prefix is pushed after serving as the last candidate above.
+    const bool fresh_block = config_.is_block_boundary(l);
+    if (fresh_block) snapshots.push_back(prefix);
+    NormRows(h, tokens, lw.input_norm, eps, x);
+    if (config_.attention_kind(l) == AttentionKind::kKda) {
+      Kda(l, x, tokens, state, branch);
+    } else {
+      Mla(l, x, tokens, state, branch);
+    }
+    if (fresh_block) {
+      prefix = branch;
+    } else {
+      for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
+    }
+    AttnRes(snapshots, prefix, tokens, lw.mlp_res_fold, h);
+    NormRows(h, tokens, lw.post_norm, eps, x);
+    if (config_.is_dense(l)) {
+      DenseFfn(l, x, tokens, branch);
+    } else if (absl::Status s = Moe(l, x, tokens, branch); !s.ok()) {
+      return s;
+    }
+    for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
+    if (observer) observer(l, prefix);
+  }
+  AttnRes(snapshots, prefix, tokens, trunk_.output_res_fold, h);
+  NormRows(h, tokens, trunk_.final_norm, eps, x);
+  const size_t vocab = config_.vocab_size;
+  if (all_positions) {
+    logits.resize(tokens * vocab);
+    MatMul(trunk_.lm_head, x, tokens, logits);
+  } else {
+    logits.resize(vocab);
+    MatMul(trunk_.lm_head, Row(std::span<const float>(x), tokens - 1, d), 1, logits);
+  }
+  state.AppendTokens(ids);
+  return absl::OkStatus();
+}
+
+}  // namespace k3

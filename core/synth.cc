@@ -1,0 +1,417 @@
+#include "core/synth.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/numeric.h"
+#include "core/progress.h"
+#include "core/safetensors.h"
+#include "core/synth_tokenizer.h"
+#include "core/tensor_names.h"
+#include "io/file.h"
+#include "nlohmann/json.hpp"
+
+namespace k3 {
+namespace {
+
+// ---- Presets (DESIGN.md section 6) ----
+
+ModelConfig TinyPreset() {  // the shape of ../shared/fixtures/reference-tiny
+  ModelConfig c;
+  c.hidden_size = 128;
+  c.num_layers = 13;
+  c.vocab_size = 256;
+  c.attn_res_block_size = 3;
+  c.kda_num_heads = 4;
+  c.kda_head_dim = 16;
+  c.num_attention_heads = 4;
+  c.q_lora_rank = 64;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 24;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.full_attn_layers = {4, 8, 12, 13};
+  c.intermediate_size = 96;
+  c.num_experts = 8;
+  c.num_experts_per_token = 2;
+  c.num_shared_experts = 2;
+  c.routed_expert_hidden_size = 64;
+  c.moe_intermediate_size = 64;
+  return c;
+}
+
+ModelConfig DemoPreset() {  // a few hundred MB; experts outgrow small budgets
+  ModelConfig c;
+  c.hidden_size = 256;
+  c.num_layers = 8;
+  c.vocab_size = 4096;
+  c.attn_res_block_size = 3;
+  c.kda_num_heads = 4;
+  c.kda_head_dim = 64;
+  c.num_attention_heads = 4;
+  c.q_lora_rank = 128;
+  c.kv_lora_rank = 64;
+  c.qk_nope_head_dim = 32;
+  c.qk_rope_head_dim = 16;
+  c.v_head_dim = 32;
+  c.full_attn_layers = {4, 8};
+  c.intermediate_size = 768;
+  c.num_experts = 64;
+  c.num_experts_per_token = 8;
+  c.num_shared_experts = 2;
+  c.routed_expert_hidden_size = 512;
+  c.moe_intermediate_size = 384;
+  return c;
+}
+
+ModelConfig BenchPreset() {  // real 17,547,264-byte experts, ~16 GB of them
+  ModelConfig c;
+  c.hidden_size = 1024;
+  c.num_layers = 8;
+  c.vocab_size = 32768;
+  c.attn_res_block_size = 4;
+  c.kda_num_heads = 8;
+  c.kda_head_dim = 128;
+  c.num_attention_heads = 8;
+  c.q_lora_rank = 256;
+  c.kv_lora_rank = 128;
+  c.qk_nope_head_dim = 64;
+  c.qk_rope_head_dim = 32;
+  c.v_head_dim = 64;
+  c.full_attn_layers = {4, 8};
+  c.intermediate_size = 2048;
+  c.num_experts = 128;
+  c.num_experts_per_token = 16;
+  c.num_shared_experts = 2;
+  c.routed_expert_hidden_size = 3584;
+  c.moe_intermediate_size = 3072;
+  return c;
+}
+
+// ---- Deterministic randomness ----
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Element i of a tensor depends only on (seed, tensor name, i): the order in which tensors
+// are written, or how the work is split, can never change a byte.
+class TensorRandom {
+ public:
+  TensorRandom(uint64_t seed, std::string_view name) : key_(SplitMix64(seed ^ HashName(name))) {}
+  uint64_t Bits(uint64_t i) const { return SplitMix64(key_ + i); }
+  // Uniform in [-1, 1).
+  float Symmetric(uint64_t i) const {
+    return static_cast<float>(static_cast<double>(Bits(i) >> 11) * 0x1.0p-52 - 1.0);
+  }
+
+ private:
+  uint64_t key_;
+};
+
+// ---- What each tensor holds ----
+
+enum class Fill { kOnes, kSymmetric, kALog, kExpertNibbles, kExpertScales };
+
+struct TensorPlan {
+  TensorSpec spec;
+  DType dtype;
+  Fill fill;
+  float scale;       // kSymmetric amplitude, kOnes spread
+  uint8_t exponent;  // kExpertScales base E8M0 code
+  uint64_t bytes;
+};
+
+bool EndsWith(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
+
+// Small vectors the release stores as F32; every other float tensor is BF16.
+bool StoredAsF32(std::string_view name) {
+  for (const char* s :
+       {"conv1d.weight", "A_log", "dt_bias", "o_norm.weight", "e_score_correction_bias"}) {
+    if (EndsWith(name, s)) return true;
+  }
+  return false;
+}
+
+// Weights are scaled so that every projection roughly preserves the RMS of its input and the
+// residual stream stays O(1) through all layers.
+TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats) {
+  TensorPlan p{spec, DType::kBF16, Fill::kSymmetric, 0, 0, 0};
+  const std::string& n = spec.name;
+  const int64_t fan_in = spec.shape.size() >= 2 ? spec.shape[1] : 1;
+  const float unit = std::sqrt(3.0f / static_cast<float>(fan_in));  // uniform with RMS 1/sqrt(K)
+  if (spec.role == TensorRole::kExpert) {
+    p.dtype = DType::kU8;
+    const bool packed = EndsWith(n, "weight_packed");
+    p.fill = packed ? Fill::kExpertNibbles : Fill::kExpertScales;
+    // K input columns: random E2M1 codes have RMS ~2.93, so 2^(e-127) ~ 1/(2.93 sqrt(K)).
+    const double k = packed ? 2.0 * spec.shape[1] : 32.0 * spec.shape[1];
+    p.exponent = static_cast<uint8_t>(127 + std::lround(std::log2(1.0 / (2.93 * std::sqrt(k)))));
+  } else if (StoredAsF32(n)) {
+    p.dtype = DType::kF32;
+    if (EndsWith(n, "A_log"))
+      p.fill = Fill::kALog;
+    else if (EndsWith(n, "o_norm.weight"))
+      p.fill = Fill::kOnes, p.scale = 0.1f;
+    else if (EndsWith(n, "conv1d.weight"))
+      p.scale = 0.6f;
+    else if (EndsWith(n, "dt_bias"))
+      p.scale = 1.0f;
+    else
+      p.scale = 0.05f;  // router correction bias
+  } else if (EndsWith(n, "norm.weight") || EndsWith(n, "layernorm.weight")) {
+    p.fill = Fill::kOnes;
+    p.scale = 0.1f;
+  } else if (EndsWith(n, "res_proj.weight")) {
+    p.scale = 1.5f * unit;  // AttnRes scores of RMS-normalised candidates ~ N(0, 1.5^2)
+  } else if (EndsWith(n, "embed_tokens.weight")) {
+    p.scale = std::sqrt(3.0f);  // embedding rows with RMS 1
+  } else if (EndsWith(n, "o_proj.weight") || EndsWith(n, "down_proj.weight") ||
+             EndsWith(n, "routed_expert_up_proj.weight")) {
+    p.scale = 0.5f * unit;  // residual branches: keep the stream from growing layer to layer
+  } else {
+    p.scale = unit;
+  }
+  if (p.dtype != DType::kU8 && floats != SynthFloats::kRelease) {
+    p.dtype = floats == SynthFloats::kF16 ? DType::kF16 : DType::kF32;
+  }
+  int64_t elements = 1;
+  for (int64_t d : spec.shape) elements *= d;
+  p.bytes = static_cast<uint64_t>(elements) * DTypeSize(p.dtype);
+  return p;
+}
+
+// Writes elements [first, first + count) of a tensor into dst.
+void GenerateElements(const TensorPlan& p, const TensorRandom& rng, uint64_t first, uint64_t count,
+                      uint8_t* dst, double router_skew) {
+  auto put = [&](uint64_t i, float v) {
+    if (p.dtype == DType::kF32) {
+      std::memcpy(dst + 4 * i, &v, 4);
+    } else {
+      uint16_t b = p.dtype == DType::kF16 ? FloatToHalf(v) : FloatToBF16(v);
+      std::memcpy(dst + 2 * i, &b, 2);
+    }
+  };
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t e = first + i;
+    switch (p.fill) {
+      case Fill::kOnes:
+        put(i, 1.0f + p.scale * rng.Symmetric(e));
+        break;
+      case Fill::kSymmetric: {
+        float v = p.scale * rng.Symmetric(e);
+        if (router_skew != 0 && EndsWith(p.spec.name, "e_score_correction_bias")) {
+          // A fixed per-expert popularity: a few experts win most tokens, as in real traces.
+          float z = rng.Symmetric(e ^ 0x5bd1e995u);
+          v += static_cast<float>(router_skew) * z * std::abs(z) * 2.0f;
+        }
+        put(i, v);
+        break;
+      }
+      case Fill::kALog:
+        put(i, std::log(1.0f + 15.0f * 0.5f * (1.0f + rng.Symmetric(e))));
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// Expert bytes, 8 per random word: the fast path for the bulk of a checkpoint (16 GB for the
+// bench preset must be generated faster than the disk writes it).
+void GenerateExpertBytes(const TensorPlan& p, const TensorRandom& rng, uint64_t first_byte,
+                         uint64_t count, uint8_t* dst) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  // Scales: the base exponent or one below it in each byte (never 0xFF, and no borrow between
+  // bytes since the base is at least 1).
+  const bool scales = p.fill == Fill::kExpertScales;
+  const uint64_t base = kOnes * p.exponent;
+  auto word_at = [&](uint64_t w) {
+    uint64_t bits = rng.Bits(w);
+    return scales ? base - (bits & kOnes) : bits;
+  };
+  uint64_t i = 0;
+  while (i < count && (first_byte + i) % 8 != 0) {  // head up to a word boundary
+    const uint64_t pos = first_byte + i;
+    dst[i++] = static_cast<uint8_t>(word_at(pos / 8) >> (8 * (pos % 8)));
+  }
+  for (; i + 8 <= count; i += 8) {
+    const uint64_t word = word_at((first_byte + i) / 8);
+    std::memcpy(dst + i, &word, 8);  // little-endian: byte k of the word is byte pos+k
+  }
+  for (; i < count; ++i) {  // tail
+    const uint64_t pos = first_byte + i;
+    dst[i] = static_cast<uint8_t>(word_at(pos / 8) >> (8 * (pos % 8)));
+  }
+}
+
+// ---- Files ----
+
+struct Shard {
+  std::string file_name;
+  std::vector<TensorPlan> tensors;
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const TensorPlan& t : tensors) n += t.bytes;
+    return n;
+  }
+};
+
+// One shard per layer (its trunk tensors, then experts 0..E-1 with their six tensors
+// adjacent), then one for the global tensors, as the release groups them.
+std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names, SynthFloats floats) {
+  std::vector<TensorSpec> trunk = TrunkTensorSpecs(c, names);
+  const int count = static_cast<int>(c.num_layers) + 1;
+  std::vector<Shard> shards(count);
+  for (int i = 0; i < count; ++i) {
+    shards[i].file_name = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, count);
+  }
+  for (const TensorSpec& spec : trunk) {
+    shards[spec.layer < 0 ? count - 1 : spec.layer].tensors.push_back(PlanTensor(spec, floats));
+  }
+  for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      for (const TensorSpec& spec : ExpertTensorSpecs(c, names, l, e)) {
+        shards[l].tensors.push_back(PlanTensor(spec, floats));
+      }
+    }
+  }
+  return shards;
+}
+
+absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthOptions& opt,
+                        uint64_t& done, ProgressBar& bar) {
+  std::vector<TensorInfo> infos;
+  for (const TensorPlan& t : shard.tensors) {
+    TensorInfo info;
+    info.name = t.spec.name;
+    info.dtype = t.dtype;
+    info.shape = t.spec.shape;
+    info.byte_size = t.bytes;
+    infos.push_back(std::move(info));
+  }
+  const std::string header = BuildSafetensorsHeader(infos);
+  auto writer = io::SequentialWriter::Create(absl::StrCat(dir, "/", shard.file_name));
+  if (!writer.ok()) return writer.status();
+  io::SequentialWriter& w = **writer;
+  if (absl::Status s = w.Append({reinterpret_cast<const uint8_t*>(header.data()), header.size()});
+      !s.ok()) {
+    return s;
+  }
+  for (const TensorPlan& t : shard.tensors) {
+    TensorRandom rng(opt.seed, t.spec.name);
+    const size_t elem = DTypeSize(t.dtype);
+    uint64_t produced = 0;
+    while (produced < t.bytes) {
+      // Whole elements only, so a float never straddles two reservations.
+      std::span<uint8_t> room = w.Reserve(t.bytes - produced);
+      const uint64_t n = room.size() / elem * elem;
+      if (n == 0) {  // less than one element left in this block: go through a small buffer
+        uint8_t tmp[4];
+        GenerateElements(t, rng, produced / elem, 1, tmp, opt.router_skew);
+        if (absl::Status s = w.Append({tmp, elem}); !s.ok()) return s;
+        produced += elem;
+        continue;
+      }
+      if (t.dtype == DType::kU8) {
+        GenerateExpertBytes(t, rng, produced, n, room.data());
+      } else {
+        GenerateElements(t, rng, produced / elem, n / elem, room.data(), opt.router_skew);
+      }
+      if (absl::Status s = w.Advance(n); !s.ok()) return s;
+      produced += n;
+      done += n;
+      bar.Update(done);
+    }
+  }
+  return w.Commit();
+}
+
+absl::Status WriteIndex(const std::vector<Shard>& shards, const std::string& dir) {
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  uint64_t total = 0;
+  for (const Shard& s : shards) {
+    for (const TensorPlan& t : s.tensors) map[t.spec.name] = s.file_name;
+    total += s.bytes();
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  return io::WriteFileAtomically(absl::StrCat(dir, "/model.safetensors.index.json"),
+                                 index.dump(2) + "\n");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
+  ModelConfig c;
+  if (preset == "tiny")
+    c = TinyPreset();
+  else if (preset == "demo")
+    c = DemoPreset();
+  else if (preset == "bench")
+    c = BenchPreset();
+  else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown preset \"", std::string(preset), "\" (choose tiny, demo or bench)"));
+  }
+  return ApplyConfigOverrides(c, {});  // validates and derives the layer map
+}
+
+absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  auto base = SynthPresetConfig(opt.preset);
+  if (!base.ok()) return base.status();
+  auto config = ApplyConfigOverrides(*base, opt.overrides);
+  if (!config.ok()) return config.status();
+  SynthTokenizerFiles tok = MakeSynthTokenizer(config->vocab_size);
+  config->bos_token_id = tok.bos_id;
+  config->eos_token_id = tok.eos_id;
+
+  if (absl::Status s = io::MakeDirectories(opt.out_dir); !s.ok()) return s;
+  const TensorNames names("language_model.");
+  std::vector<Shard> shards = PlanShards(*config, names, opt.floats);
+  uint64_t total = 0;
+  for (const Shard& s : shards) total += s.bytes();
+
+  ProgressBar bar("synth " + opt.preset, total, "B", opt.show_progress);
+  uint64_t done = 0;
+  for (const Shard& shard : shards) {
+    if (absl::Status s = WriteShard(shard, opt.out_dir, opt, done, bar); !s.ok()) return s;
+  }
+  bar.Finish();
+  // The config goes last: a directory without it is visibly incomplete.
+  if (absl::Status s = WriteIndex(shards, opt.out_dir); !s.ok()) return s;
+  if (absl::Status s = io::WriteFileAtomically(opt.out_dir + "/tiktoken.model", tok.tiktoken_model);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = io::WriteFileAtomically(opt.out_dir + "/tokenizer_config.json",
+                                               tok.tokenizer_config_json);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = io::WriteFileAtomically(opt.out_dir + "/config.json",
+                                               ToReleaseConfigJson(*config).dump(2) + "\n");
+      !s.ok()) {
+    return s;
+  }
+  SynthResult result;
+  result.config = *config;
+  result.bytes_written = total;
+  result.shards = static_cast<int>(shards.size());
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace k3

@@ -1,0 +1,70 @@
+// Fault injection for tests: a plan of failures that the read engine applies to every read
+// attempt it makes, with either backend (io_uring or pread). The real read happens first and the
+// plan may then replace its result with an error, cut it short or hold it back, so the engine's
+// retry, resubmission and error paths run against real files and real buffers. (A file
+// truncated after it was opened needs no plan: the test truncates it.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace k3::io {
+
+class FaultPlan {
+ public:
+  // Attempts are numbered from 1 in the order they complete; one chunk read (or one retry of
+  // it) is one attempt. `count` < 0 means "from `first` on, forever".
+
+  // Attempts first .. first+count-1 fail with errno `err` (EIO, EINTR, EAGAIN, ...).
+  FaultPlan& FailAttempts(int64_t first, int count, int err);
+  // Attempts whose file range contains byte `offset` of a file whose path ends with
+  // `path_suffix` ("" = any file) fail with `err`, `count` times (< 0: always; a permanent
+  // bad sector).
+  FaultPlan& FailAtOffset(uint64_t offset, int err, int count = -1,
+                          const std::string& path_suffix = "");
+  // Attempts first .. first+count-1 transfer at most `max_bytes` (short reads).
+  FaultPlan& ShortReads(uint64_t max_bytes, int64_t first = 1, int count = -1);
+  // Every attempt completes no sooner than `delay` after it was issued (a slow disk).
+  FaultPlan& Slow(absl::Duration delay);
+  // Opening a file with O_DIRECT fails with EINVAL, as tmpfs and some FUSE file systems do.
+  FaultPlan& RefuseDirect();
+
+  struct Outcome {
+    int64_t result;        // bytes transferred, or -errno
+    absl::Duration delay;  // hold the completion this long after issue
+  };
+  // Called by the engine with the real result of reading [offset, offset + length) of `path`.
+  Outcome Apply(const std::string& path, uint64_t offset, uint64_t length, int64_t result);
+
+  bool refuses_direct() const;
+  int64_t attempts() const;
+  int64_t injected() const;  // attempts whose result the plan changed
+
+ private:
+  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads };
+  struct Rule {
+    Kind kind = Kind::kFailAttempts;
+    int64_t first = 1;
+    int64_t count = -1;  // remaining for kFailAtOffset; span of attempts otherwise
+    int err = 0;
+    uint64_t offset = 0;
+    uint64_t max_bytes = 0;
+    std::string path_suffix = "";
+  };
+  bool Covers(const Rule& rule, int64_t attempt) const;
+  bool Matches(Rule& rule, int64_t attempt, const std::string& path, uint64_t offset,
+               uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::vector<Rule> rules_ ABSL_GUARDED_BY(mu_);
+  absl::Duration delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  bool refuse_direct_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace k3::io

@@ -1,0 +1,280 @@
+#include "pipeline/cache/expert_cache.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace k3 {
+namespace {
+
+bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+absl::Status CheckKey(const ExpertKey& key) {
+  if (key.layer >= 0 && key.expert >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("expert cache: negative id in request for ", key.ToString()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
+    const ExpertCacheOptions& options, std::unique_ptr<ReplacementPolicy> policy) {
+  if (policy == nullptr) return absl::InvalidArgumentError("expert cache: no policy");
+  if (options.slot_bytes == 0) return absl::InvalidArgumentError("expert cache: slot_bytes is 0");
+  if (!IsPowerOfTwo(options.alignment)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert cache: alignment ", options.alignment, " is not a power of two"));
+  }
+  const uint64_t stride = (options.slot_bytes + options.alignment - 1) & ~(options.alignment - 1);
+  const uint64_t slots = options.budget_bytes / stride;
+  if (slots == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert cache: a budget of ", options.budget_bytes,
+                     " bytes holds no slot of ", stride, " bytes"));
+  }
+  if (slots > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("expert cache: ", slots, " slots is too many"));
+  }
+  std::unique_ptr<io::BufferArena> arena;
+  if (options.allocate) {
+    auto created = io::BufferArena::Create(slots * stride, options.arena);
+    if (!created.ok()) return created.status();
+    arena = *std::move(created);
+  }
+  return std::unique_ptr<ExpertCache>(new ExpertCache(
+      options, stride, static_cast<int64_t>(slots), std::move(arena), std::move(policy)));
+}
+
+ExpertCache::ExpertCache(const ExpertCacheOptions& options, uint64_t stride, int64_t slots,
+                         std::unique_ptr<io::BufferArena> arena,
+                         std::unique_ptr<ReplacementPolicy> policy)
+    : options_(options),
+      stride_(stride),
+      num_slots_(slots),
+      arena_(std::move(arena)),
+      policy_(std::move(policy)),
+      slots_(slots) {
+  // Everything the request path touches is sized here, so requests do not allocate (the
+  // policy's bookkeeping aside).
+  free_.reserve(slots);
+  for (int64_t i = slots - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+  index_.reserve(slots);
+  stats_.slots = slots;
+  stats_.bytes_capacity = static_cast<uint64_t>(slots) * options.slot_bytes;
+}
+
+CacheGrant ExpertCache::GrantFor(CacheOutcome outcome, int32_t slot) const {
+  CacheGrant grant{outcome, slot, {}};
+  if (arena_ != nullptr) grant.bytes = arena_->Slice(slot * stride_, options_.slot_bytes);
+  return grant;
+}
+
+absl::StatusOr<CacheGrant> ExpertCache::Request(const ExpertKey& key,
+                                                const CacheRequest& request) {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  policy_->OnRequest(key, request.kind);
+  ++stats_.requests;
+  const absl::Time deadline = absl::Now() + request.wait_for_slot;
+  while (true) {
+    if (auto it = index_.find(key); it != index_.end()) return Found(it->second, request.pin);
+    absl::StatusOr<int32_t> slot = TakeSlot();
+    if (slot.ok()) return StartFill(key, *slot, request.pin);
+    if (slot.status().code() != absl::StatusCode::kResourceExhausted ||
+        request.wait_for_slot <= absl::ZeroDuration() || absl::Now() >= deadline) {
+      ++stats_.rejected;
+      return slot.status();
+    }
+    // Wake when a slot could be freed or someone else started filling this key.
+    auto retry = [this, &key]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return index_.contains(key) || CanTakeSlot();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&retry), deadline);
+  }
+}
+
+CacheGrant ExpertCache::Found(int32_t slot, bool pin) {
+  Slot& s = slots_[slot];
+  policy_->OnHit(s.key);
+  if (s.state == SlotState::kFilling) {
+    ++stats_.in_flight;
+    return GrantFor(CacheOutcome::kInFlight, slot);
+  }
+  ++stats_.hits;
+  if (pin) AddPin(slot);
+  return GrantFor(CacheOutcome::kHit, slot);
+}
+
+CacheGrant ExpertCache::StartFill(const ExpertKey& key, int32_t slot, bool pin) {
+  Slot& s = slots_[slot];
+  s.key = key;
+  s.state = SlotState::kFilling;
+  s.pins = 0;
+  if (pin) AddPin(slot);
+  ++filling_slots_;
+  index_[key] = slot;
+  policy_->OnInsert(key);
+  ++stats_.misses;
+  stats_.bytes_resident += options_.slot_bytes;
+  return GrantFor(CacheOutcome::kFill, slot);
+}
+
+bool ExpertCache::Evictable(const ExpertKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  const Slot& s = slots_[it->second];
+  return s.state == SlotState::kReady && s.pins == 0;
+}
+
+absl::StatusOr<int32_t> ExpertCache::TakeSlot() {
+  if (!free_.empty()) {
+    const int32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  auto evictable = [this](const ExpertKey& k) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return Evictable(k);
+  };
+  std::optional<ExpertKey> victim = policy_->ChooseVictim(evictable);
+  if (!victim) return NoSlotError();
+  if (!Evictable(*victim)) {
+    return absl::InternalError(absl::StrCat("expert cache: policy ", std::string(policy_->name()),
+                                            " chose ", victim->ToString(),
+                                            ", which is not an evictable resident"));
+  }
+  const int32_t slot = index_[*victim];
+  policy_->OnRemove(*victim, RemovalCause::kEvicted);
+  index_.erase(*victim);
+  slots_[slot].state = SlotState::kFree;
+  ++stats_.evictions;
+  stats_.bytes_resident -= options_.slot_bytes;
+  return slot;
+}
+
+bool ExpertCache::CanTakeSlot() const {
+  if (!free_.empty()) return true;
+  for (const Slot& s : slots_) {
+    if (s.state == SlotState::kReady && s.pins == 0) return true;
+  }
+  return false;
+}
+
+absl::Status ExpertCache::NoSlotError() const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "expert cache: all ", num_slots_, " slots are pinned or being filled (", pinned_slots_,
+      " pinned, ", filling_slots_, " filling); wait for a fill or an unpin, or raise the budget"));
+}
+
+absl::StatusOr<int32_t> ExpertCache::FindFilling(const ExpertKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end() || slots_[it->second].state != SlotState::kFilling) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert cache: ", key.ToString(), " is not being filled"));
+  }
+  return it->second;
+}
+
+absl::Status ExpertCache::MarkFilled(const ExpertKey& key) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int32_t> slot = FindFilling(key);
+  if (!slot.ok()) return slot.status();
+  slots_[*slot].state = SlotState::kReady;
+  --filling_slots_;
+  ++stats_.fills_completed;
+  stats_.bytes_filled += options_.slot_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status ExpertCache::Abandon(const ExpertKey& key) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int32_t> slot = FindFilling(key);
+  if (!slot.ok()) return slot.status();
+  policy_->OnRemove(key, RemovalCause::kAbandoned);
+  Slot& s = slots_[*slot];
+  if (s.pins > 0) --pinned_slots_;
+  s = Slot{};
+  index_.erase(key);
+  free_.push_back(*slot);
+  --filling_slots_;
+  ++stats_.fills_abandoned;
+  stats_.bytes_resident -= options_.slot_bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CacheGrant> ExpertCache::AwaitReady(const ExpertKey& key, bool pin,
+                                                   absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this, &key]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    auto it = index_.find(key);
+    return it == index_.end() || slots_[it->second].state != SlotState::kFilling;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("expert cache: ", key.ToString(), " still being filled after ",
+                     absl::FormatDuration(timeout)));
+  }
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("expert cache: ", key.ToString(), " is not cached (fill abandoned?)"));
+  }
+  if (pin) AddPin(it->second);
+  return GrantFor(CacheOutcome::kHit, it->second);
+}
+
+void ExpertCache::AddPin(int32_t slot) {
+  if (slots_[slot].pins++ == 0) ++pinned_slots_;
+}
+
+absl::Status ExpertCache::Pin(const ExpertKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrCat("expert cache: cannot pin ", key.ToString(),
+                                            ": not resident"));
+  }
+  AddPin(it->second);
+  return absl::OkStatus();
+}
+
+absl::Status ExpertCache::Unpin(const ExpertKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end() || slots_[it->second].pins == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert cache: ", key.ToString(), " is not pinned"));
+  }
+  if (--slots_[it->second].pins == 0) --pinned_slots_;
+  return absl::OkStatus();
+}
+
+std::string_view ExpertCache::policy_name() const {
+  absl::MutexLock lock(&mu_);
+  return policy_->name();
+}
+
+bool ExpertCache::Contains(const ExpertKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(key);
+  return it != index_.end() && slots_[it->second].state == SlotState::kReady;
+}
+
+CacheStats ExpertCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  CacheStats s = stats_;
+  s.pinned_slots = pinned_slots_;
+  s.filling_slots = filling_slots_;
+  return s;
+}
+
+void ExpertCache::ResetStats() {
+  absl::MutexLock lock(&mu_);
+  const CacheStats kept = stats_;
+  stats_ = CacheStats{};
+  stats_.slots = kept.slots;
+  stats_.bytes_capacity = kept.bytes_capacity;
+  stats_.bytes_resident = kept.bytes_resident;
+}
+
+}  // namespace k3

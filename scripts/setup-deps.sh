@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what k3 needs to build and test, from Debian only, and only what is missing.
+# Idempotent: when everything is present it only runs dpkg-query and returns in well under 5 s.
+# Usage: scripts/setup-deps.sh [BUILD_DIR]   (the npm tokenizer oracle goes into BUILD_DIR/oracle)
+set -euo pipefail
+
+build_dir=${1:-build}
+packages=(
+  g++ cmake make pkg-config git
+  liburing-dev libtbb-dev libabsl-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev
+  libpcre2-dev libhwy-dev
+  python3 python3-torch python3-numpy
+  fio clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+# Node.js and npm: any installation will do; Debian's packages when there is none.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+if ((${#missing[@]})); then
+  echo "setup: installing from Debian: ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The tokenizer oracle (the npm `tiktoken` package, a WebAssembly build of the reference
+# tokenizer) lives inside the build tree, never in the repository.
+oracle="$build_dir/oracle"
+if [[ ! -f "$oracle/node_modules/tiktoken/package.json" ]]; then
+  echo "setup: installing the npm package tiktoken into $oracle"
+  mkdir -p "$oracle"
+  npm install --silent --no-audit --no-fund --prefix "$oracle" tiktoken@1 >/dev/null
+fi

@@ -1,0 +1,137 @@
+// The k3 command as a user meets it: exit codes and one-line messages (CLI.md).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/util/run_k3.h"
+#include "tests/util/temp_dir.h"
+
+namespace k3 {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunK3;
+
+constexpr int kUsage = 2;
+
+TEST(CliTest, HelpListsTheCommands) {
+  auto r = RunK3({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("synth"));
+  EXPECT_THAT(r.out, HasSubstr("inspect"));
+}
+
+TEST(CliTest, NoCommandIsAUsageError) {
+  auto r = RunK3({});
+  EXPECT_EQ(r.exit_code, kUsage);
+  EXPECT_THAT(r.out, HasSubstr("usage: k3 <command>"));
+}
+
+TEST(CliTest, SubcommandHelpShowsItsFlagsWithDefaults) {
+  auto r = RunK3({"synth", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--preset"));
+  EXPECT_THAT(r.out, HasSubstr("(default: tiny)"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("--model")));  // not a synth flag
+}
+
+struct UsageCase {
+  const char* name;
+  std::vector<std::string> args;  // "OUT" is replaced by a fresh output directory
+  const char* message;
+};
+
+void PrintTo(const UsageCase& c, std::ostream* os) { *os << c.name; }
+
+class UsageErrorTest : public ::testing::TestWithParam<UsageCase> {};
+
+TEST_P(UsageErrorTest, ExitsTwoWithAOneLineMessage) {
+  testing::TempDir dir;
+  std::vector<std::string> args = GetParam().args;
+  for (std::string& a : args) {
+    if (a == "OUT") a = dir / "model";
+  }
+  auto r = RunK3(args);
+  EXPECT_EQ(r.exit_code, kUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(GetParam().message));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "model/config.json"));
+}
+
+const UsageCase kUsageCases[] = {
+    {"unknown_command", {"frobnicate"}, "unknown command 'frobnicate'"},
+    {"synth_without_out", {"synth"}, "--out DIR is required"},
+    {"unknown_flag", {"synth", "--out", "OUT", "--bogus"}, "unknown flag --bogus"},
+    {"unknown_short_flag", {"synth", "-q", "--out", "OUT"}, "unknown flag -q"},
+    {"flag_of_another_command",
+     {"synth", "--out", "OUT", "--model", "x"},
+     "flag --model does not apply to 'k3 synth'"},
+    {"bad_number", {"synth", "--out", "OUT", "--seed", "abc"}, "invalid value 'abc' for --seed"},
+    {"missing_value", {"synth", "--out", "OUT", "--seed"}, "flag --seed needs a value"},
+    {"unknown_preset", {"synth", "--out", "OUT", "--preset", "huge"}, "unknown preset \"huge\""},
+    {"set_without_equals",
+     {"synth", "--out", "OUT", "--set", "hidden_size"},
+     "--set hidden_size: expected key=value"},
+    {"set_unknown_key",
+     {"synth", "--out", "OUT", "--set", "hiden_size=3"},
+     "unknown config key \"hiden_size\""},
+    {"set_invalid_value",
+     {"synth", "--out", "OUT", "--set", "num_experts_per_token=99"},
+     "99 exceeds num_experts (8)"},
+    {"bad_dtype",
+     {"synth", "--out", "OUT", "--dtype", "f8"},
+     "--dtype must be release, f16 or f32"},
+    {"stray_argument", {"synth", "--out", "OUT", "extra"}, "unexpected argument extra"},
+    {"inspect_without_model", {"inspect"}, "--model DIR is required"},
+    {"inspect_missing_dir", {"inspect", "--model", "OUT"}, "does not exist"},
+};
+
+INSTANTIATE_TEST_SUITE_P(All, UsageErrorTest, ::testing::ValuesIn(kUsageCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(CliTest, SynthThenInspect) {
+  testing::TempDir dir;
+  auto synth = RunK3({"synth", "--preset", "tiny", "-o", dir / "m", "--seed", "4"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  EXPECT_THAT(synth.err, HasSubstr("wrote tiny preset (seed 4)"));
+  auto inspect = RunK3({"inspect", "-m", dir / "m"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, HasSubstr("13 (9 KDA, 4 MLA at one-based 4,8,12,13)"));
+  EXPECT_THAT(inspect.out, HasSubstr("routed experts"));
+  EXPECT_THAT(inspect.out, HasSubstr("one read per expert"));
+}
+
+TEST(CliTest, SynthRefusesToOverwriteAModelWithoutForce) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--out", dir.path(), "--quiet"}).exit_code, 0);
+  auto again = RunK3({"synth", "--out", dir.path()});
+  EXPECT_EQ(again.exit_code, kUsage);
+  EXPECT_THAT(again.err, HasSubstr("already holds a model"));
+  auto forced = RunK3({"synth", "--out", dir.path(), "--force", "--quiet"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(forced.err, "");  // --quiet
+}
+
+TEST(CliTest, InspectOfACorruptCheckpointExitsOneAndNamesTheFile) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--out", dir.path(), "--quiet"}).exit_code, 0);
+  const std::string shard = dir / "model-00003-of-00014.safetensors";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 1);
+  auto r = RunK3({"inspect", "--model", dir.path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(shard));
+}
+
+TEST(CliTest, InspectOfAnInvalidConfigExitsTwoAndListsTheKeys) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--out", dir.path(), "--quiet"}).exit_code, 0);
+  std::ofstream(dir / "config.json") << R"({"hidden_size": 128})";
+  auto r = RunK3({"inspect", "--model", dir.path()});
+  EXPECT_EQ(r.exit_code, kUsage);
+  EXPECT_THAT(r.err, HasSubstr("num_hidden_layers: missing"));
+  EXPECT_THAT(r.err, HasSubstr("vocab_size: missing"));
+}
+
+}  // namespace
+}  // namespace k3

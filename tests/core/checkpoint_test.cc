@@ -1,0 +1,322 @@
+#include "core/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/synth.h"
+#include "io/file.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/temp_dir.h"
+
+namespace k3 {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ojson = nlohmann::ordered_json;
+
+constexpr char kLayer1Shard[] = "model-00002-of-00014.safetensors";
+
+// A synthetic tiny checkpoint (release layout: 14 shards with an index) in a temp dir.
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SynthOptions opt;
+    opt.preset = "tiny";
+    opt.out_dir = dir_.path();
+    opt.seed = 7;
+    auto r = Synthesize(opt);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  std::string Path(const std::string& name) const { return dir_ / name; }
+
+  // The header text and data section of a shard.
+  static std::pair<std::string, std::string> ReadShard(const std::string& path) {
+    auto bytes = io::ReadFileToString(path);
+    EXPECT_TRUE(bytes.ok());
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>((*bytes)[i]);
+    return {bytes->substr(8, n), bytes->substr(8 + n)};
+  }
+
+  static void WriteShard(const std::string& path, const std::string& header,
+                         const std::string& data, uint64_t declared_length) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((declared_length >> (8 * i)) & 0xff));
+    out << header << data;
+  }
+
+  void EditHeaderText(const std::string& shard, const std::function<void(std::string&)>& edit) {
+    auto [header, data] = ReadShard(Path(shard));
+    edit(header);
+    WriteShard(Path(shard), header, data, header.size());
+  }
+
+  // Edits the JSON of a shard's header; the data section stays where it was.
+  void EditHeader(const std::string& shard, const std::function<void(ojson&)>& edit) {
+    EditHeaderText(shard, [&](std::string& text) {
+      ojson j = ojson::parse(text);
+      edit(j);
+      std::string fresh = j.dump();
+      // Keep the header length (offsets are relative to its end): pad, or fail loudly.
+      ASSERT_LE(fresh.size(), text.size());
+      text = fresh + std::string(text.size() - fresh.size(), ' ');
+    });
+  }
+
+  std::string OpenError() {
+    auto ckpt = Checkpoint::Open(dir_.path());
+    EXPECT_FALSE(ckpt.ok()) << "a damaged checkpoint opened";
+    return ckpt.ok() ? "" : std::string(ckpt.status().message());
+  }
+
+  absl::StatusCode OpenCode() { return Checkpoint::Open(dir_.path()).status().code(); }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(CheckpointTest, OpensTheSyntheticCheckpoint) {
+  auto ckpt = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  EXPECT_EQ(c.shard_paths().size(), 14u);
+  EXPECT_EQ(c.tensors().size(), 916u);
+  EXPECT_EQ(c.names().prefix(), "language_model.");
+  ASSERT_NE(c.Find("language_model.lm_head.weight"), nullptr);
+  EXPECT_EQ(c.Find("language_model.nonexistent"), nullptr);
+  const ExpertLocation& e = c.expert(1, 3);
+  EXPECT_TRUE(e.contiguous());
+  EXPECT_EQ(e.total_bytes, static_cast<uint64_t>(c.config().expert_bytes()));
+  EXPECT_EQ(e.spans[0].offset, c.Find(c.names().Expert(1, 3, 0))->file_offset);
+  EXPECT_EQ(e.part_offset[2], 64 * 32 + 64 * 2);  // after w1: packed [64, 32] + scale [64, 2]
+}
+
+TEST_F(CheckpointTest, OpensTheExternalSingleFileFixture) {
+  auto ckpt = Checkpoint::Open(testing::SharedDir() + "/fixtures/reference-tiny");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->shard_paths().size(), 1u);
+  EXPECT_TRUE((*ckpt)->expert(12, 7).contiguous());
+}
+
+TEST_F(CheckpointTest, ExpertsThatAreNotAdjacentGetSeveralSpansWithTheSameBytes) {
+  auto before = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(before.ok());
+  const TensorNames& names = (*before)->names();
+  std::vector<uint8_t> expected((*before)->Find(names.Expert(1, 1, 0))->byte_size);
+  ASSERT_TRUE((*before)->ReadTensor(*(*before)->Find(names.Expert(1, 1, 0)), expected).ok());
+  // Swap where experts 0 and 1 keep w1.weight_packed (same size).
+  EditHeader(kLayer1Shard, [&](ojson& j) {
+    std::swap(j[names.Expert(1, 0, 0)]["data_offsets"], j[names.Expert(1, 1, 0)]["data_offsets"]);
+  });
+  auto ckpt = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const ExpertLocation& e = (*ckpt)->expert(1, 0);
+  EXPECT_FALSE(e.contiguous());
+  ASSERT_EQ(e.spans.size(), 2u);
+  EXPECT_EQ(e.total_bytes, static_cast<uint64_t>((*ckpt)->config().expert_bytes()));
+  // Expert 0's w1 now lives where expert 1's was.
+  EXPECT_EQ(e.spans[0].offset, (*before)->Find(names.Expert(1, 1, 0))->file_offset);
+  EXPECT_EQ(e.spans[0].length, expected.size());
+}
+
+TEST_F(CheckpointTest, FloatTensorsReadTheSameInEveryDtype) {
+  testing::TempDir f16_dir, f32_dir;
+  for (auto [dir, floats] :
+       {std::pair{&f16_dir, SynthFloats::kF16}, {&f32_dir, SynthFloats::kF32}}) {
+    SynthOptions opt;
+    opt.out_dir = dir->path();
+    opt.seed = 7;
+    opt.floats = floats;
+    ASSERT_TRUE(Synthesize(opt).ok());
+  }
+  auto bf = Checkpoint::Open(dir_.path());
+  auto f16 = Checkpoint::Open(f16_dir.path());
+  auto f32 = Checkpoint::Open(f32_dir.path());
+  ASSERT_TRUE(bf.ok() && f16.ok() && f32.ok());
+  const std::string name = "language_model.model.layers.2.self_attn.q_proj.weight";
+  EXPECT_EQ((*bf)->Find(name)->dtype, DType::kBF16);
+  EXPECT_EQ((*f16)->Find(name)->dtype, DType::kF16);
+  EXPECT_EQ((*f32)->Find(name)->dtype, DType::kF32);
+  auto a = (*bf)->ReadTensorAsFloat(*(*bf)->Find(name));
+  auto b = (*f16)->ReadTensorAsFloat(*(*f16)->Find(name));
+  auto c = (*f32)->ReadTensorAsFloat(*(*f32)->Find(name));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (size_t i = 0; i < c->size(); ++i) {
+    ASSERT_NEAR((*a)[i], (*c)[i], std::abs((*c)[i]) * 0x1p-8 + 1e-30) << i;
+    ASSERT_NEAR((*b)[i], (*c)[i], std::abs((*c)[i]) * 0x1p-11 + 0x1p-24) << i;
+  }
+}
+
+// ---- Damaged checkpoints: each refused, with a message that names the file ----
+
+TEST_F(CheckpointTest, HeaderLengthBeyondTheFile) {
+  auto [header, data] = ReadShard(Path(kLayer1Shard));
+  WriteShard(Path(kLayer1Shard), header, data, 8 + header.size() + data.size());
+  std::string msg = OpenError();
+  EXPECT_THAT(msg, HasSubstr(Path(kLayer1Shard)));
+  EXPECT_THAT(msg, HasSubstr("runs past the end of the file"));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, AbsurdHeaderLength) {
+  auto [header, data] = ReadShard(Path(kLayer1Shard));
+  WriteShard(Path(kLayer1Shard), header, data, 1ull << 40);
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("is absurd")));
+}
+
+TEST_F(CheckpointTest, FileShorterThanTheLengthPrefix) {
+  std::filesystem::resize_file(Path(kLayer1Shard), 5);
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("shorter than the")));
+}
+
+TEST_F(CheckpointTest, HeaderThatIsNotJson) {
+  EditHeaderText(kLayer1Shard, [](std::string& t) { t[0] = '#'; });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("not valid JSON")));
+}
+
+TEST_F(CheckpointTest, HeaderThatIsNotAnObject) {
+  EditHeaderText(kLayer1Shard, [](std::string& t) {
+    std::string arr = "[1,2,3]";
+    t = arr + std::string(t.size() - arr.size(), ' ');
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("not an object")));
+}
+
+TEST_F(CheckpointTest, OffsetsOutOfOrder) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    ojson& off = j["language_model.model.layers.1.input_layernorm.weight"]["data_offsets"];
+    std::swap(off[0], off[1]);
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("input_layernorm.weight"),
+                                 HasSubstr("out of order")));
+}
+
+TEST_F(CheckpointTest, OverlappingTensors) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    ojson& off = j["language_model.model.layers.1.post_attention_layernorm.weight"]["data_offsets"];
+    off[0] = off[0].get<uint64_t>() - 2;
+    off[1] = off[1].get<uint64_t>() - 2;
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("overlap")));
+}
+
+TEST_F(CheckpointTest, TruncatedShard) {
+  const auto size = std::filesystem::file_size(Path(kLayer1Shard));
+  std::filesystem::resize_file(Path(kLayer1Shard), size - 100);
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("past the end")));
+}
+
+TEST_F(CheckpointTest, ByteCountThatDoesNotMatchTheShape) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    j["language_model.model.layers.1.input_layernorm.weight"]["shape"] = {64};
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("needs 128")));
+}
+
+TEST_F(CheckpointTest, DuplicateTensorName) {
+  EditHeaderText(kLayer1Shard, [](std::string& t) {
+    const std::string name = "\"language_model.model.layers.1.input_layernorm.weight\"";
+    size_t at = t.find(name);
+    size_t end = t.find('}', at);
+    std::string entry = t.substr(at, end - at + 1);
+    t.insert(1, entry + ",");
+    t.resize(t.find_last_not_of(' ') + 1);
+    while (t.size() % 8) t += ' ';
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("listed twice")));
+}
+
+TEST_F(CheckpointTest, UnsupportedDtypeIsNamed) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    ojson& t = j["language_model.model.layers.1.self_attn.A_log"];
+    t["dtype"] = "I32";  // same size as F32
+  });
+  EXPECT_THAT(OpenError(),
+              AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("unsupported dtype \"I32\"")));
+}
+
+TEST_F(CheckpointTest, IndexNamingAMissingShard) {
+  std::filesystem::remove(Path("model-00005-of-00014.safetensors"));
+  EXPECT_THAT(OpenError(),
+              AllOf(HasSubstr("model.safetensors.index.json"),
+                    HasSubstr("model-00005-of-00014.safetensors, which does not exist")));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, IndexThatIsNotJson) {
+  ASSERT_TRUE(
+      io::WriteFileAtomically(Path("model.safetensors.index.json"), "{\"weight_map\":").ok());
+  EXPECT_THAT(OpenError(), HasSubstr(Path("model.safetensors.index.json")));
+}
+
+TEST_F(CheckpointTest, IndexPlacingATensorInTheWrongShard) {
+  auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
+  nlohmann::json index = nlohmann::json::parse(*text);
+  index["weight_map"]["language_model.model.norm.weight"] = kLayer1Shard;
+  ASSERT_TRUE(io::WriteFileAtomically(Path("model.safetensors.index.json"), index.dump()).ok());
+  EXPECT_THAT(OpenError(),
+              AllOf(HasSubstr("model.safetensors.index.json"),
+                    HasSubstr("language_model.model.norm.weight"), HasSubstr("does not list it")));
+}
+
+TEST_F(CheckpointTest, MissingTensorsAreAllListed) {
+  const std::string a = "language_model.model.layers.1.self_attn.dt_bias";
+  const std::string b = "language_model.model.layers.1.block_sparse_moe.experts.5.w2.weight_scale";
+  EditHeader(kLayer1Shard, [&](ojson& j) {
+    j.erase(a);
+    j.erase(b);
+  });
+  auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
+  nlohmann::json index = nlohmann::json::parse(*text);
+  index["weight_map"].erase(a);
+  index["weight_map"].erase(b);
+  ASSERT_TRUE(io::WriteFileAtomically(Path("model.safetensors.index.json"), index.dump()).ok());
+  std::string msg = OpenError();
+  EXPECT_THAT(msg, HasSubstr("(2 problems)"));
+  EXPECT_THAT(msg, HasSubstr(a + " is missing"));
+  EXPECT_THAT(msg, HasSubstr(b + " is missing"));
+  EXPECT_THAT(msg, HasSubstr(dir_.path()));
+}
+
+TEST_F(CheckpointTest, ShapeThatContradictsTheConfig) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    j["language_model.model.layers.1.self_attn.q_proj.weight"]["shape"] = {128, 64};
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr("q_proj.weight has shape [128, 64], expected [64, 128]"),
+                                 HasSubstr(Path(kLayer1Shard))));
+}
+
+TEST_F(CheckpointTest, ExpertStoredAsFloat) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    ojson& t = j["language_model.model.layers.1.block_sparse_moe.experts.2.w3.weight_packed"];
+    t["dtype"] = "BF16";
+    t["shape"] = {64, 16};  // same bytes, half the elements
+  });
+  EXPECT_THAT(OpenError(), HasSubstr("experts.2.w3.weight_packed has shape [64, 16]"));
+}
+
+TEST_F(CheckpointTest, MissingConfigIsNotFound) {
+  std::filesystem::remove(Path("config.json"));
+  EXPECT_THAT(OpenError(), HasSubstr(Path("config.json")));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, DirectoryWithoutWeights) {
+  std::filesystem::remove(Path("model.safetensors.index.json"));
+  EXPECT_THAT(OpenError(), HasSubstr("neither model.safetensors nor model.safetensors.index.json"));
+}
+
+TEST_F(CheckpointTest, MissingDirectory) {
+  auto ckpt = Checkpoint::Open(dir_ / "nope");
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_EQ(ckpt.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(ckpt.status().message()), HasSubstr("nope does not exist"));
+}
+
+}  // namespace
+}  // namespace k3

@@ -1,0 +1,234 @@
+// Storage profiles: parsing (named, custom, lists, errors naming the bad part), the emulator's
+// schedule, and the emulation measured through the engine within 10 % of the profile.
+#include "io/storage_profile.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "io/read_engine.h"
+#include "tests/io/io_test_util.h"
+#include "tests/util/temp_dir.h"
+
+namespace k3::io {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeArena;
+using testing::MakeFile;
+using testing::MakeRequest;
+using testing::TestFile;
+
+TEST(StorageProfileTest, NamedProfiles) {
+  auto direct = ParseStorageProfile("direct");
+  ASSERT_TRUE(direct.ok());
+  EXPECT_FALSE(direct->emulated());
+  EXPECT_EQ(direct->Describe(), "direct");
+
+  auto network = ParseStorageProfile("network");
+  ASSERT_TRUE(network.ok());
+  EXPECT_EQ(network->latency, absl::Microseconds(1500));
+  EXPECT_DOUBLE_EQ(network->bytes_per_second, 400e6);
+  EXPECT_DOUBLE_EQ(network->iops, 6000);
+  EXPECT_EQ(network->max_in_flight, 32);
+  EXPECT_EQ(network->Describe(), "lat=1.5ms,bw=400MB/s,iops=6000,qd=32");
+
+  auto sata = ParseStorageProfile("sata");
+  ASSERT_TRUE(sata.ok());
+  EXPECT_EQ(sata->latency, absl::Microseconds(100));
+  EXPECT_DOUBLE_EQ(sata->bytes_per_second, 550e6);
+
+  auto nvme = ParseStorageProfile("nvme");
+  ASSERT_TRUE(nvme.ok());
+  EXPECT_EQ(nvme->latency, absl::Microseconds(80));
+  EXPECT_DOUBLE_EQ(nvme->bytes_per_second, 7000e6);
+}
+
+TEST(StorageProfileTest, CustomSettingsAnySubset) {
+  auto all = ParseStorageProfile("lat=2ms,bw=500MB/s,iops=5000,qd=32");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->name, "lat=2ms,bw=500MB/s,iops=5000,qd=32");
+  EXPECT_EQ(all->latency, absl::Milliseconds(2));
+  EXPECT_DOUBLE_EQ(all->bytes_per_second, 500e6);
+  EXPECT_DOUBLE_EQ(all->iops, 5000);
+  EXPECT_EQ(all->max_in_flight, 32);
+
+  auto some = ParseStorageProfile("bw=1.5GiB/s");
+  ASSERT_TRUE(some.ok());
+  EXPECT_DOUBLE_EQ(some->bytes_per_second, 1.5 * 1073741824.0);
+  EXPECT_EQ(some->latency, absl::ZeroDuration());
+  EXPECT_EQ(some->max_in_flight, 0);
+
+  auto spelled = ParseStorageProfile("latency=500us,iops=16k,bandwidth=250MB");
+  ASSERT_TRUE(spelled.ok());
+  EXPECT_EQ(spelled->latency, absl::Microseconds(500));
+  EXPECT_DOUBLE_EQ(spelled->iops, 16000);
+  EXPECT_DOUBLE_EQ(spelled->bytes_per_second, 250e6);
+
+  auto based = ParseStorageProfile("network,lat=3ms");
+  ASSERT_TRUE(based.ok());
+  EXPECT_EQ(based->latency, absl::Milliseconds(3));
+  EXPECT_DOUBLE_EQ(based->bytes_per_second, 400e6);
+}
+
+TEST(StorageProfileTest, ErrorsNameTheBadPart) {
+  struct Case {
+    const char* spec;
+    const char* part;
+    const char* why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"lat=2x,bw=5MB/s", "'lat=2x'", "unknown unit 'x'"},
+           {"lat=2ms,bw=fast", "'bw=fast'", "expected a rate"},
+           {"lat=2", "'lat=2'", "missing unit"},
+           {"iops=5q", "'iops=5q'", "unknown suffix"},
+           {"qd=0", "'qd=0'", "at least 1"},
+           {"speed=9", "'speed=9'", "unknown setting 'speed'"},
+           {"nvme2", "'nvme2'", "unknown profile"},
+           {"lat=1ms,network", "'network'", "must come first"},
+           {"lat=1ms,,qd=2", "''", "empty part"},
+       }) {
+    auto p = ParseStorageProfile(c.spec);
+    ASSERT_FALSE(p.ok()) << c.spec;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(p.status().message());
+    EXPECT_THAT(msg, HasSubstr(std::string("bad part ") + c.part)) << c.spec;
+    EXPECT_THAT(msg, HasSubstr(c.why)) << c.spec;
+  }
+}
+
+TEST(StorageProfileTest, ListFlagValuesGroupIntoProfiles) {
+  // What --storage-profile direct,lat=2ms,bw=1GB/s,lat=5ms,network,sata arrives as: a name
+  // stands alone, settings gather until one repeats.
+  auto list = ParseStorageProfileList({"direct", "lat=2ms", "bw=1GB/s", "lat=5ms", "network",
+                                       "sata"});
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 5u);
+  EXPECT_EQ((*list)[0].name, "direct");
+  EXPECT_EQ((*list)[1].name, "lat=2ms,bw=1GB/s");
+  EXPECT_EQ((*list)[2].name, "lat=5ms");
+  EXPECT_EQ((*list)[3].name, "network");
+  EXPECT_EQ((*list)[4].name, "sata");
+  EXPECT_FALSE(ParseStorageProfileList({"sata", "bw=x"}).ok());
+}
+
+TEST(StorageEmulatorTest, ScheduleFollowsIopsBandwidthAndLatency) {
+  StorageProfile p;
+  p.latency = absl::Milliseconds(1);
+  p.bytes_per_second = 100e6;
+  p.iops = 1000;
+  StorageEmulator emu(p);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  auto us_after = [](absl::Time t, absl::Time base) { return absl::ToDoubleMicroseconds(t - base); };
+  // 1 MB at 100 MB/s: 10 ms of transfer, then 1 ms of latency.
+  EXPECT_NEAR(us_after(emu.Schedule(t0, 1000000), t0), 11000, 0.01);
+  // Issued at the same time: waits for the pipe (bandwidth), not only for its IOPS slot.
+  EXPECT_NEAR(us_after(emu.Schedule(t0, 1000000), t0), 21000, 0.01);
+  // Small reads after an idle second: limited by IOPS (1 ms apart), plus latency.
+  const absl::Time t1 = t0 + absl::Seconds(1);
+  EXPECT_NEAR(us_after(emu.Schedule(t1, 100), t1), 1001, 0.01);
+  EXPECT_NEAR(us_after(emu.Schedule(t1, 100), t1), 2001, 0.01);
+}
+
+// The emulation measured end to end through the engine. Buffered reads of a cached file make
+// the real device much faster than the profile, so the profile is what is measured.
+class ProfileAccuracyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { file_ = MakeFile(dir_ / "cached.bin", kFileBytes, 2); }
+
+  std::unique_ptr<ReadEngine> Engine(const std::string& spec, int depth) {
+    auto profile = ParseStorageProfile(spec);
+    EXPECT_TRUE(profile.ok());
+    EngineOptions o;
+    o.profile = *profile;
+    o.queue_depth = depth;
+    o.direct = false;
+    o.notices = false;
+    o.chunk_bytes = 1 << 20;
+    auto engine = ReadEngine::Create(o);
+    EXPECT_TRUE(engine.ok());
+    return *std::move(engine);
+  }
+
+  // Reads `count` requests of `bytes` keeping `depth` in flight; returns the elapsed time.
+  absl::Duration Stream(ReadEngine& engine, int count, uint64_t bytes, int depth) {
+    auto f = engine.OpenFile(file_.path);
+    EXPECT_TRUE(f.ok());
+    auto arena = MakeArena(depth * bytes);
+    const absl::Time start = absl::Now();
+    int submitted = 0;
+    auto submit = [&](int slot) {
+      const uint64_t offset = (submitted++ * bytes) % (kFileBytes - bytes);
+      EXPECT_TRUE(engine
+                      .Submit(MakeRequest(*f, offset / 4096 * 4096, bytes,
+                                          arena->Slice(slot * bytes, bytes), Priority::kDemand,
+                                          slot))
+                      .ok());
+    };
+    for (int slot = 0; slot < depth; ++slot) submit(slot);
+    for (int done = 0; done < count; ++done) {
+      auto r = engine.WaitAny();
+      EXPECT_TRUE(r && r->status.ok());
+      if (submitted < count) submit(static_cast<int>(r->user_data));
+    }
+    return absl::Now() - start;
+  }
+
+  static constexpr size_t kFileBytes = 8 << 20;
+  k3::testing::TempDir dir_;
+  TestFile file_;
+};
+
+TEST_F(ProfileAccuracyTest, LatencyWithinTenPercent) {
+  auto engine = Engine("lat=4ms", 1);
+  auto f = engine->OpenFile(file_.path);
+  ASSERT_TRUE(f.ok());
+  auto arena = MakeArena(8192);
+  std::vector<double> ms;
+  for (int i = 0; i < 25; ++i) {
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(engine->Read(MakeRequest(*f, i * 8192, 4096, arena->Slice(0, 8192))).ok());
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_NEAR(ms[ms.size() / 2], 4.0, 0.4);
+}
+
+TEST_F(ProfileAccuracyTest, BandwidthWithinTenPercent) {
+  auto engine = Engine("bw=200MB/s", 8);
+  const absl::Duration elapsed = Stream(*engine, 48, 1 << 20, 8);
+  const double mbps = 48.0 * (1 << 20) / absl::ToDoubleSeconds(elapsed) / 1e6;
+  EXPECT_NEAR(mbps, 200, 20);
+}
+
+TEST_F(ProfileAccuracyTest, IopsWithinTenPercent) {
+  auto engine = Engine("iops=2000", 16);
+  const absl::Duration elapsed = Stream(*engine, 400, 4096, 16);
+  EXPECT_NEAR(400 / absl::ToDoubleSeconds(elapsed), 2000, 200);
+}
+
+TEST_F(ProfileAccuracyTest, InFlightCapMakesThroughputLatencyBound) {
+  // At most 4 requests in flight (the profile's qd, below the engine's 32), 5 ms each: by
+  // Little's law 800 requests per second, whatever the device could do.
+  auto engine = Engine("lat=5ms,qd=4", 32);
+  auto f = engine->OpenFile(file_.path);
+  ASSERT_TRUE(f.ok());
+  auto arena = MakeArena(80 * 65536);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 80; ++i) {
+    ASSERT_TRUE(engine
+                    ->Submit(MakeRequest(*f, (i % 64) * 65536, 65536,
+                                         arena->Slice(i * 65536, 65536)))
+                    .ok());
+  }
+  for (int done = 0; done < 80; ++done) {
+    auto r = engine->WaitAny();
+    ASSERT_TRUE(r && r->status.ok());
+  }
+  EXPECT_NEAR(80 / absl::ToDoubleSeconds(absl::Now() - start), 800, 80);
+  EXPECT_EQ(engine->stats().peak_requests_in_flight, 4);
+}
+
+}  // namespace
+}  // namespace k3::io

@@ -1,0 +1,54 @@
+// Runs the `k3` binary under test ($K3_BIN) and captures its exit code and output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/util/temp_dir.h"
+
+namespace k3::testing {
+
+struct K3Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string ShellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline K3Result RunK3(const std::vector<std::string>& args, const std::string& stdin_text = "") {
+  TempDir io;
+  const char* bin = std::getenv("K3_BIN");
+  std::string cmd = ShellQuote(bin != nullptr ? bin : "k3");
+  for (const std::string& a : args) cmd.append(" ").append(ShellQuote(a));
+  {
+    std::ofstream in(io / "in");
+    in << stdin_text;
+  }
+  cmd +=
+      " <" + ShellQuote(io / "in") + " >" + ShellQuote(io / "out") + " 2>" + ShellQuote(io / "err");
+  int status = std::system(cmd.c_str());
+  K3Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadAll(io / "out");
+  r.err = ReadAll(io / "err");
+  return r;
+}
+
+}  // namespace k3::testing
