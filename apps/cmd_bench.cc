@@ -267,8 +267,16 @@ void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
   }
 }
 
-nlohmann::json ToJson(const std::vector<Row>& rows, const std::string& backend, uint64_t chunk) {
+nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
+                      const std::string& backend, uint64_t chunk) {
   nlohmann::json out = {{"benchmark", "raw"}, {"backend", backend}, {"chunk_bytes", chunk}};
+  out["volumes"] = nlohmann::json::array();
+  for (const Volume& v : volumes) {  // what an outside tool (fio) needs to read the same bytes
+    out["volumes"].push_back({{"dir", v.dir},
+                              {"expert_bytes", v.expert_bytes},
+                              {"experts", v.experts.size()},
+                              {"expert_files", v.expert_shards}});
+  }
   out["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json j = {{"volume", r.volume},          {"profile", r.profile},
@@ -387,11 +395,12 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   return s;
 }
 
-absl::Status WriteOutputs(const std::vector<Row>& rows, const std::string& backend,
-                          uint64_t chunk) {
+absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
+                          const std::string& backend, uint64_t chunk) {
   const std::string json_path = absl::GetFlag(FLAGS_out_json);
   if (!json_path.empty()) {
-    absl::Status st = io::WriteFileAtomically(json_path, ToJson(rows, backend, chunk).dump(2) + "\n");
+    const std::string json = ToJson(rows, volumes, backend, chunk).dump(2) + "\n";
+    absl::Status st = io::WriteFileAtomically(json_path, json);
     if (!st.ok()) return st;
   }
   const std::string csv_path = absl::GetFlag(FLAGS_out_csv);
@@ -428,7 +437,9 @@ int RunRaw(const std::vector<std::string>& dirs) {
   PrintTable(rows, volumes.size() > 1, settings->repeat);
   const uint64_t chunk = settings->chunk_bytes > 0 ? settings->chunk_bytes
                                                    : io::EngineOptions{}.chunk_bytes;
-  if (absl::Status st = WriteOutputs(rows, backend, chunk); !st.ok()) return ReportError(kName, st);
+  if (absl::Status st = WriteOutputs(rows, volumes, backend, chunk); !st.ok()) {
+    return ReportError(kName, st);
+  }
   return kExitOk;
 }
 

@@ -65,8 +65,8 @@ absl::StatusOr<std::string> DemoModelDir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   std::string base = xdg != nullptr && *xdg != '\0' ? xdg
-                     : home != nullptr           ? std::string(home) + "/.cache"
-                                                 : "/tmp";
+                     : home != nullptr              ? std::string(home) + "/.cache"
+                                                    : "/tmp";
   const std::string dir = base + "/k3/demo-model";
   if (io::FileExists(dir + "/config.json")) return dir;
   std::fprintf(stderr, "k3: synthesising the built-in demo model into %s (once)\n", dir.c_str());
@@ -105,9 +105,9 @@ absl::StatusOr<Prompt> ReadPrompt(const std::string& model_dir) {
   const std::string ids_flag = absl::GetFlag(FLAGS_ids);
   const int given = !text_flag.empty() + !file_flag.empty() + !ids_flag.empty();
   if (given != 1) {
-    return absl::InvalidArgumentError(
-        given == 0 ? "give the prompt with --prompt, --prompt-file or --ids"
-                   : "--prompt, --prompt-file and --ids exclude each other");
+    return absl::InvalidArgumentError(given == 0
+                                          ? "give the prompt with --prompt, --prompt-file or --ids"
+                                          : "--prompt, --prompt-file and --ids exclude each other");
   }
   std::string text = text_flag;
   if (!file_flag.empty()) {
@@ -143,8 +143,8 @@ absl::StatusOr<std::vector<int32_t>> StopIds(const ModelConfig& c, const Prompt&
   for (const std::string& s : absl::GetFlag(FLAGS_stop_id)) {
     int32_t id = 0;
     if (!absl::SimpleAtoi(s, &id) || id < 0 || id >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("--stop-id ", s, ": not a token id below ",
-                                                     c.vocab_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--stop-id ", s, ": not a token id below ", c.vocab_size));
     }
     stops.push_back(id);
   }
@@ -152,7 +152,8 @@ absl::StatusOr<std::vector<int32_t>> StopIds(const ModelConfig& c, const Prompt&
   // Default (MODEL.md 0 Q12): [EOS] and <|end_of_msg|>, by name when the tokenizer has them.
   for (const char* name : {"[EOS]", "<|end_of_msg|>"}) {
     if (p.tokenizer.has_value()) {
-      if (auto id = p.tokenizer->SpecialTokenId(name); id && *id < c.vocab_size) stops.push_back(*id);
+      if (auto id = p.tokenizer->SpecialTokenId(name); id && *id < c.vocab_size)
+        stops.push_back(*id);
     }
   }
   if (stops.empty()) {
@@ -183,8 +184,8 @@ struct StepRecord {
 };
 
 void WriteReport(const std::string& path, const Prompt& prompt,
-                 const std::vector<StepRecord>& steps, double prefill_seconds,
-                 uint64_t trunk_bytes, const SamplerOptions& sampler, int threads) {
+                 const std::vector<StepRecord>& steps, double prefill_seconds, uint64_t trunk_bytes,
+                 const SamplerOptions& sampler, int threads) {
   std::vector<int32_t> generated;
   std::vector<double> decode;
   nlohmann::json per_token = nlohmann::json::array();
@@ -286,7 +287,8 @@ int RunGenerate(const std::vector<std::string>& positional) {
   const double prefill_seconds = Seconds(t0, Clock::now());
   if (const std::string path = absl::GetFlag(FLAGS_dump_logits); !path.empty()) {
     std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
-    if (absl::Status s = io::WriteFileAtomically(path, bytes); !s.ok()) return ReportError(kName, s);
+    if (absl::Status s = io::WriteFileAtomically(path, bytes); !s.ok())
+      return ReportError(kName, s);
   }
   std::vector<StepRecord> steps;
   auto step_start = t0;

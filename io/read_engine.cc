@@ -724,14 +724,10 @@ void ReadEngine::Impl::Fail(RequestState* r, absl::Status status, std::vector<Fi
 void ReadEngine::Impl::Stop(RequestState* r, std::vector<Finished>* out) {
   auto& list = issuing[r->priority()];
   list.erase(std::remove(list.begin(), list.end(), r), list.end());
-  std::vector<Chunk*> mine;
-  for (Chunk* c : retry_ready) {
-    if (c->request == r) mine.push_back(c);
-  }
-  retry_ready.erase(std::remove_if(retry_ready.begin(), retry_ready.end(),
-                                   [r](Chunk* c) { return c->request == r; }),
-                    retry_ready.end());
-  r->outstanding -= static_cast<int>(mine.size());
+  auto mine = std::remove_if(retry_ready.begin(), retry_ready.end(),
+                             [r](Chunk* c) { return c->request == r; });
+  r->outstanding -= static_cast<int>(retry_ready.end() - mine);
+  retry_ready.erase(mine, retry_ready.end());
   MaybeFinish(r, out);
 }
 

@@ -7,6 +7,7 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/bf16.cc"
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/internal/simd-inl.h"
@@ -60,6 +61,9 @@ void WidenImpl(const uint16_t* HWY_RESTRICT in, size_t n, float* HWY_RESTRICT ou
 // kRows consecutive rows starting at w (stride cols) times kTokens tokens starting at x
 // (stride cols): each weight chunk is widened once for all the tokens, with one accumulator per
 // (row, token) in registers (the canonical arithmetic, with a zero-padded tail chunk).
+// 2 KiB ahead in each row (prefetching past a row's end is harmless).
+inline constexpr size_t kPrefetchValues = 1024;
+
 template <size_t kRows, size_t kTokens>
 HWY_INLINE void ProductBlock(const uint16_t* HWY_RESTRICT w, size_t cols,
                              const float* HWY_RESTRICT x, float* HWY_RESTRICT y, size_t y_stride) {
@@ -70,6 +74,12 @@ HWY_INLINE void ProductBlock(const uint16_t* HWY_RESTRICT w, size_t cols,
   }
   const size_t full = cols / kLanes * kLanes;
   for (size_t c = 0; c < full; c += kLanes) {
+    // Once per 64-byte line of each row, ask for the line kPrefetchValues ahead: with kRows
+    // interleaved streams the hardware prefetchers alone reached only about 60 % of the read
+    // bandwidth on cold matrices.
+    if (c % 32 == 0) {
+      for (size_t i = 0; i < kRows; ++i) hwy::Prefetch(w + i * cols + c + kPrefetchValues);
+    }
     VF wv[kRows];
     for (size_t i = 0; i < kRows; ++i) wv[i] = WidenBf16(w + i * cols + c);
     for (size_t t = 0; t < kTokens; ++t) {

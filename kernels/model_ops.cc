@@ -54,6 +54,14 @@ void L2NormalizeHeads(std::span<float> x, size_t dim, float eps) {
   }
 }
 
+void KdaDecay(std::span<float> z, std::span<const float> a_log, std::span<const float> dt_bias,
+              size_t dim, float lower_bound) {
+  for (size_t c = 0; c < z.size(); ++c) {
+    const float scale = std::exp(a_log[c / dim]);
+    z[c] = std::exp(lower_bound * Sigmoid(scale * (z[c] + dt_bias[c])));
+  }
+}
+
 void KdaStep(std::span<float> state, size_t dk, size_t dv, std::span<const float> q,
              std::span<const float> k, std::span<const float> v, std::span<const float> alpha,
              float beta, std::span<float> o) {

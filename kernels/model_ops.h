@@ -37,6 +37,12 @@ void ShortConvSilu(std::span<const float> x, size_t tokens, size_t channels,
 // Per head of `dim` values: v <- v / sqrt(sum(v^2) + eps) (epsilon on the sum, not the mean).
 void L2NormalizeHeads(std::span<float> x, size_t dim, float eps);
 
+// KDA decay (MODEL.md 2.4 step 6): alpha[c] = exp(lower_bound * sigmoid(exp(a_log[h]) *
+// (z[c] + dt_bias[c]))) with h = c / dim: A_log per head, dt_bias per channel, the bias added
+// before the exp(A) scale, the lower bound multiplying the sigmoid. In place over z.
+void KdaDecay(std::span<float> z, std::span<const float> a_log, std::span<const float> dt_bias,
+              size_t dim, float lower_bound);
+
 // One KDA delta-rule step for one head (MODEL.md 2.4 step 7), state S [dk, dv] row-major:
 // S' = Diag(alpha) S; u = S'^T k; S = S' + beta k (v - u)^T; o = S^T q (the updated state).
 void KdaStep(std::span<float> state, size_t dk, size_t dv, std::span<const float> q,

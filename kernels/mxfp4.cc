@@ -51,6 +51,7 @@ alignas(64) inline constexpr std::array<float, 256> kHalfE8M0 = MakePow2Table(12
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/mxfp4.cc"
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/internal/simd-inl.h"
@@ -198,6 +199,8 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, const uint8_t* HWY_RESTRI
 // kTokens tokens (token t at xp + t * ldx): each group is decoded once for all the tokens, with
 // one accumulator per (row, token) in registers (the canonical arithmetic). The kRows x kTokens
 // independent chains also hide the latency of the multiply-adds.
+inline constexpr size_t kPrefetchBlocks = 2;
+
 template <size_t kRows, size_t kTokens>
 HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RESTRICT packed,
                              const uint8_t* HWY_RESTRICT scales, size_t groups,
@@ -215,6 +218,12 @@ HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RES
         xv[t][j] = hn::LoadU(df, xp + t * ldx + 32 * g + j * kLanes);
       }
     }
+    // Sweep the bytes of the row block kPrefetchBlocks ahead (rows are contiguous, so that is
+    // a linear range) at the pace this block is consumed. The hardware prefetchers alone lose
+    // track of the kRows interleaved streams: cold matrices then ran at about half the speed.
+    const size_t ahead = kPrefetchBlocks * kRows * groups;
+    hwy::Prefetch(packed + (ahead + g * kRows) * 16);
+    if (g % 16 == 0) hwy::Prefetch(scales + ahead + g * kRows);
     for (size_t i = 0; i < kRows; ++i) {
       VF w[kVecsPerGroup];
       decoder.Decode(packed + (i * groups + g) * 16, scales[i * groups + g], w);

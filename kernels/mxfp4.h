@@ -61,8 +61,8 @@ void Mxfp4MatVecScalar(const Mxfp4Matrix& w, std::span<const float> x, std::span
 // Small-batch product Y = X W^T: X is [tokens, w.cols] and Y is [tokens, w.rows], both
 // row-major; only columns [row_begin, row_end) of Y are written. Each weight byte is read from
 // memory once for all tokens. Token t's results are bit-identical to Mxfp4MatVec of X[t] (same
-// arithmetic), so batching tokens never changes an answer. Meant for 1..64 tokens; more work but
-// stays correct beyond that.
+// arithmetic), so batching tokens never changes an answer. Tuned for 1..64 tokens; any count
+// works. Uses a per-thread scratch buffer of tokens * cols floats (kept between calls).
 void Mxfp4MatMul(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y,
                  size_t row_begin, size_t row_end);
 void Mxfp4MatMulScalar(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens,

@@ -53,9 +53,8 @@ void Model::NormRows(std::span<const float> x, size_t tokens, std::span<const fl
   }
 }
 
-void Model::AttnRes(const std::vector<std::vector<float>>& snapshots,
-                    std::span<const float> prefix, size_t tokens, std::span<const float> fold,
-                    std::span<float> out) const {
+void Model::AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<const float> prefix,
+                    size_t tokens, std::span<const float> fold, std::span<float> out) const {
   const size_t d = fold.size();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   ForEachToken(tokens, [&](size_t t) {
@@ -71,9 +70,8 @@ void Model::Kda(int64_t layer, std::span<const float> x, size_t tokens, Sequence
   const KdaWeights& w = trunk_.layers[layer].kda;
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
-  std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width),
-      v(tokens * width), gate(tokens * width), z(tokens * width), low(tokens * dim),
-      beta(tokens * heads);
+  std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width), v(tokens * width),
+      gate(tokens * width), z(tokens * width), low(tokens * dim), beta(tokens * heads);
   // Projections, then the causal convolutions (which advance the carried history).
   const std::pair<const Matrix*, std::vector<float>*> qkv[3] = {{&w.q, &q}, {&w.k, &k}, {&w.v, &v}};
   const std::vector<float>* conv[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
@@ -93,12 +91,7 @@ void Model::Kda(int64_t layer, std::span<const float> x, size_t tokens, Sequence
     kernels::L2NormalizeHeads(Row(k, t, width), dim, kL2Eps);
     for (float& e : Row(q, t, width)) e *= q_scale;
     for (size_t h = 0; h < heads; ++h) beta[t * heads + h] = Sigmoid(beta[t * heads + h]);
-    // Decay: A_log per head, dt_bias per channel, added before the exp(A) scale (MODEL.md 2.4.6).
-    std::span<float> alpha = Row(z, t, width);
-    for (size_t c = 0; c < width; ++c) {
-      const float a = std::exp(w.a_log[c / dim]);
-      alpha[c] = std::exp(lower_bound * Sigmoid(a * (alpha[c] + w.dt_bias[c])));
-    }
+    kernels::KdaDecay(Row(z, t, width), w.a_log, w.dt_bias, dim, lower_bound);  // z -> alpha
   });
   // The recurrence runs token by token; heads are independent.
   std::vector<float> o(tokens * width);
@@ -199,8 +192,8 @@ absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
   }
   // Each expert's output goes to its own slot, whatever order the bytes arrive in.
   std::vector<float> slots(tokens * top * latent);
-  absl::Status status = experts_.ForEachExpert(
-      layer, wanted, [&](size_t i, const ExpertWeights& ew) {
+  absl::Status status =
+      experts_.ForEachExpert(layer, wanted, [&](size_t i, const ExpertWeights& ew) {
         const auto& u = *wanted_users[i];
         const size_t n = u.size();
         std::vector<float> in(n * latent), gate(n * width), up(n * width), y(n * latent);
@@ -241,9 +234,8 @@ absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
   return absl::OkStatus();
 }
 
-absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state,
-                            bool all_positions, std::vector<float>& logits,
-                            const LayerObserver& observer) {
+absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
+                            std::vector<float>& logits, const LayerObserver& observer) {
   const size_t tokens = ids.size(), d = config_.hidden_size;
   if (tokens == 0) return absl::InvalidArgumentError("no tokens to run");
   for (size_t i = 0; i < tokens; ++i) {

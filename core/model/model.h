@@ -43,12 +43,11 @@ class Model {
            std::span<float> out) const;
   void Mla(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
            std::span<float> out) const;
-  void DenseFfn(int64_t layer, std::span<const float> x, size_t tokens,
-                std::span<float> out) const;
+  void DenseFfn(int64_t layer, std::span<const float> x, size_t tokens, std::span<float> out) const;
   absl::Status Moe(int64_t layer, std::span<const float> x, size_t tokens,
                    std::span<float> out) const;
-  void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight,
-                float eps, std::span<float> out) const;
+  void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
+                std::span<float> out) const;
 
   const ModelConfig& config_;
   const TrunkWeights& trunk_;

@@ -44,7 +44,8 @@ class Reader {
   }
   bool AtEnd() const { return pos_ == in_.size(); }
   absl::Status Error(std::string_view what) const {
-    return absl::DataLossError(absl::StrCat(path_, ": ", std::string(what), " (at byte ", pos_, ")"));
+    return absl::DataLossError(
+        absl::StrCat(path_, ": ", std::string(what), " (at byte ", pos_, ")"));
   }
 
  private:
@@ -103,7 +104,8 @@ absl::StatusOr<SequenceState> SequenceState::Load(const std::string& path,
     return r.Error("not a k3 sequence state file");
   }
   if (!r.Bytes(&version, 4) || version != kVersion) {
-    return r.Error(absl::StrCat("state file version ", version, ", this k3 reads version ", kVersion));
+    return r.Error(
+        absl::StrCat("state file version ", version, ", this k3 reads version ", kVersion));
   }
   SequenceState s(config);
   uint64_t n = 0;
@@ -122,9 +124,8 @@ absl::StatusOr<SequenceState> SequenceState::Load(const std::string& path,
   for (size_t l = 0; l < s.kda_state_.size(); ++l) {
     bool ok = r.Floats(s.kda_state_[l], s.kda_state_[l].size());
     for (auto& h : s.conv_[l]) ok = ok && r.Floats(h, h.size());
-    const size_t mla = config.attention_kind(l) == AttentionKind::kMla
-                           ? s.tokens_.size() * s.latent_width_
-                           : 0;
+    const size_t mla =
+        config.attention_kind(l) == AttentionKind::kMla ? s.tokens_.size() * s.latent_width_ : 0;
     ok = ok && r.Floats(s.mla_cache_[l], mla);
     if (!ok) return r.Error(absl::StrCat("layer ", l, " state is truncated or has the wrong size"));
   }

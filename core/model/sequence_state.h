@@ -20,7 +20,9 @@ class SequenceState {
 
   int64_t position() const { return static_cast<int64_t>(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  void AppendTokens(std::span<const int32_t> ids) { tokens_.insert(tokens_.end(), ids.begin(), ids.end()); }
+  void AppendTokens(std::span<const int32_t> ids) {
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  }
 
   // KDA layer: S for all heads [heads, head_dim, head_dim]; conv history of q, k or v
   // (which = 0, 1, 2) [kernel - 1, channels].
@@ -41,9 +43,9 @@ class SequenceState {
   std::string fingerprint_;
   int64_t latent_width_ = 0;
   std::vector<int32_t> tokens_;
-  std::vector<std::vector<float>> kda_state_;               // [layer] (empty for MLA layers)
-  std::vector<std::array<std::vector<float>, 3>> conv_;     // [layer][q, k, v]
-  std::vector<std::vector<float>> mla_cache_;               // [layer] (empty for KDA layers)
+  std::vector<std::vector<float>> kda_state_;            // [layer] (empty for MLA layers)
+  std::vector<std::array<std::vector<float>, 3>> conv_;  // [layer][q, k, v]
+  std::vector<std::vector<float>> mla_cache_;            // [layer] (empty for KDA layers)
 };
 
 }  // namespace k3

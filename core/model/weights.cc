@@ -214,15 +214,15 @@ absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
   out->embed = ld.Mat(n.Global("model.embed_tokens.weight"));
   out->lm_head = ld.Mat(n.Global("lm_head.weight"));
   out->final_norm = ld.Vec(n.Global("model.norm.weight"));
-  out->output_res_fold =
-      ld.Fold(n.Global("model.output_attn_res_norm.weight"), n.Global("model.output_attn_res_proj.weight"));
+  out->output_res_fold = ld.Fold(n.Global("model.output_attn_res_norm.weight"),
+                                 n.Global("model.output_attn_res_proj.weight"));
   out->layers.resize(c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerWeights& lw = out->layers[l];
     lw.input_norm = ld.Vec(n.Layer(l, "input_layernorm.weight"));
     lw.post_norm = ld.Vec(n.Layer(l, "post_attention_layernorm.weight"));
-    lw.attn_res_fold =
-        ld.Fold(n.Layer(l, "self_attention_res_norm.weight"), n.Layer(l, "self_attention_res_proj.weight"));
+    lw.attn_res_fold = ld.Fold(n.Layer(l, "self_attention_res_norm.weight"),
+                               n.Layer(l, "self_attention_res_proj.weight"));
     lw.mlp_res_fold = ld.Fold(n.Layer(l, "mlp_res_norm.weight"), n.Layer(l, "mlp_res_proj.weight"));
     LoadAttention(c, l, n, ld, lw);
     LoadFfn(c, l, n, ld, lw);

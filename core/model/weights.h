@@ -57,8 +57,8 @@ struct LayerWeights {
   std::vector<float> input_norm, post_norm;
   // AttnRes: norm weight times projection, folded once (MODEL.md 2.2).
   std::vector<float> attn_res_fold, mlp_res_fold;
-  KdaWeights kda;  // KDA layers
-  MlaWeights mla;  // MLA layers
+  KdaWeights kda;         // KDA layers
+  MlaWeights mla;         // MLA layers
   DenseFfnWeights dense;  // the first_k_dense_replace layers
   MoeWeights moe;         // the others
 };

@@ -70,7 +70,8 @@ class Tokenizer {
   //  1. cut into slices of <= 400,000 code points, each cut where a run of whitespace or
   //     non-whitespace code points (Python isspace) would exceed 25,000;
   //  2. per piece, when `allow_special`, split around special-token strings (leftmost match,
-  //     the longest at that position); otherwise they are ordinary text;
+  //     the longest at that position; a special cut by step 1 stays text, as upstream);
+  //     otherwise they are ordinary text;
   //  3. split by the pattern; byte-level BPE per piece.
   // Bytes that are not valid UTF-8 are first replaced by U+FFFD, one per maximal ill-formed
   // subsequence (what TextDecoder or Python's errors="replace" yield), so that the ids equal

@@ -16,6 +16,7 @@
 #endif
 
 #include <cstddef>
+#include <utility>
 
 #include "hwy/highway.h"
 
@@ -47,17 +48,21 @@ HWY_INLINE float ReduceAcc(VF acc) { return hn::GetLane(hn::SumOfLanes(DF(), acc
 
 // Calls body.template operator()<kTokens>(t0) for consecutive blocks of tokens: full blocks of
 // kBlockTokens, then one block of the remaining 1..kBlockTokens-1 tokens.
+template <class Body, size_t... kIndex>
+HWY_INLINE void ForEachTokenBlockImpl(size_t tokens, const Body& body,
+                                      std::index_sequence<kIndex...>) {
+  size_t t0 = 0;
+  for (; t0 + kBlockTokens <= tokens; t0 += kBlockTokens) {
+    body.template operator()<kBlockTokens>(t0);
+  }
+  // The remainder, with a block size instantiated for each possible value.
+  const size_t rest = tokens - t0;
+  ((rest == kIndex + 1 ? body.template operator()<kIndex + 1>(t0) : void()), ...);
+}
+
 template <class Body>
 HWY_INLINE void ForEachTokenBlock(size_t tokens, const Body& body) {
-  size_t t0 = 0;
-  for (; t0 + kBlockTokens <= tokens; t0 += kBlockTokens)
-    body.template operator()<kBlockTokens>(t0);
-  const size_t rest = tokens - t0;
-  if (rest == 1) body.template operator()<1>(t0);
-  if constexpr (kBlockTokens > 2) {
-    if (rest == 2) body.template operator()<2>(t0);
-    if (rest == 3) body.template operator()<3>(t0);
-  }
+  ForEachTokenBlockImpl(tokens, body, std::make_index_sequence<kBlockTokens - 1>());
 }
 
 #endif  // HWY_TARGET != HWY_SCALAR

@@ -29,9 +29,9 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
   const uint64_t stride = (options.slot_bytes + options.alignment - 1) & ~(options.alignment - 1);
   const uint64_t slots = options.budget_bytes / stride;
   if (slots == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert cache: a budget of ", options.budget_bytes,
-                     " bytes holds no slot of ", stride, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("expert cache: a budget of ",
+                                                   options.budget_bytes, " bytes holds no slot of ",
+                                                   stride, " bytes"));
   }
   if (slots > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("expert cache: ", slots, " slots is too many"));
@@ -42,8 +42,8 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
     if (!created.ok()) return created.status();
     arena = *std::move(created);
   }
-  return std::unique_ptr<ExpertCache>(new ExpertCache(
-      options, stride, static_cast<int64_t>(slots), std::move(arena), std::move(policy)));
+  return std::unique_ptr<ExpertCache>(new ExpertCache(options, stride, static_cast<int64_t>(slots),
+                                                      std::move(arena), std::move(policy)));
 }
 
 ExpertCache::ExpertCache(const ExpertCacheOptions& options, uint64_t stride, int64_t slots,
@@ -70,8 +70,7 @@ CacheGrant ExpertCache::GrantFor(CacheOutcome outcome, int32_t slot) const {
   return grant;
 }
 
-absl::StatusOr<CacheGrant> ExpertCache::Request(const ExpertKey& key,
-                                                const CacheRequest& request) {
+absl::StatusOr<CacheGrant> ExpertCache::Request(const ExpertKey& key, const CacheRequest& request) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   policy_->OnRequest(key, request.kind);
@@ -133,9 +132,8 @@ absl::StatusOr<int32_t> ExpertCache::TakeSlot() {
     free_.pop_back();
     return slot;
   }
-  auto evictable = [this](const ExpertKey& k) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return Evictable(k);
-  };
+  auto evictable = [this](const ExpertKey& k)
+                       ABSL_NO_THREAD_SAFETY_ANALYSIS { return Evictable(k); };
   std::optional<ExpertKey> victim = policy_->ChooseVictim(evictable);
   if (!victim) return NoSlotError();
   if (!Evictable(*victim)) {
@@ -210,9 +208,9 @@ absl::StatusOr<CacheGrant> ExpertCache::AwaitReady(const ExpertKey& key, bool pi
     return it == index_.end() || slots_[it->second].state != SlotState::kFilling;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("expert cache: ", key.ToString(), " still being filled after ",
-                     absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("expert cache: ", key.ToString(),
+                                                    " still being filled after ",
+                                                    absl::FormatDuration(timeout)));
   }
   auto it = index_.find(key);
   if (it == index_.end()) {
@@ -231,8 +229,8 @@ absl::Status ExpertCache::Pin(const ExpertKey& key) {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) {
-    return absl::NotFoundError(absl::StrCat("expert cache: cannot pin ", key.ToString(),
-                                            ": not resident"));
+    return absl::NotFoundError(
+        absl::StrCat("expert cache: cannot pin ", key.ToString(), ": not resident"));
   }
   AddPin(it->second);
   return absl::OkStatus();

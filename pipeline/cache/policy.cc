@@ -14,10 +14,19 @@ using Factory = std::unique_ptr<ReplacementPolicy> (*)(const PolicyOptions&);
 const std::vector<std::pair<std::string, Factory>>& Registry() {
   namespace ci = cache_internal;
   static const std::vector<std::pair<std::string, Factory>> kRegistry = {
-      {"lru", ci::MakeLru},          {"belady", ci::MakeBelady},      {"fifo", ci::MakeFifo},
-      {"mru", ci::MakeMru},          {"lfu", ci::MakeLfu},            {"wtinylfu", ci::MakeWTinyLfu},
-      {"arc", ci::MakeArc},          {"2q", ci::MakeTwoQ},            {"s3fifo", ci::MakeS3Fifo},
-      {"lirs", ci::MakeLirs},        {"layer-mru", ci::MakeLayerMru}, {"layer-lfu", ci::MakeLayerLfu},
+      {"lru", ci::MakeLru},
+      {"belady", ci::MakeBelady},
+      {"fifo", ci::MakeFifo},
+      {"mru", ci::MakeMru},
+      {"lfu", ci::MakeLfu},
+      {"wtinylfu", ci::MakeWTinyLfu},
+      {"arc", ci::MakeArc},
+      {"2q", ci::MakeTwoQ},
+      {"s3fifo", ci::MakeS3Fifo},
+      {"lirs", ci::MakeLirs},
+      {"layer-mru", ci::MakeLayerMru},
+      {"layer-lfu", ci::MakeLayerLfu},
+      {"layer-freq", ci::MakeLayerFreq},
       {"layer-reuse", ci::MakeLayerReuse}};
   return kRegistry;
 }

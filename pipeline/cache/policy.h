@@ -61,12 +61,15 @@ struct PolicyOptions {
   std::span<const ExpertKey> future = {};
 };
 
-// The engine's default: chosen by replaying the recorded Kimi K3 trace and synthetic
-// incremental-decode traces (docs/CACHE.md has the tables). "layer-lfu" reaches 98-99 % of
-// Belady's hit rate on the recorded trace at 8-128 GB, where LRU gets nothing from
-// forward-pass reuse, and stays within a few points of the best online policy on incremental
-// decoding with skewed routing, where pure layer-distance eviction (layer-mru) collapses.
-inline constexpr std::string_view kDefaultPolicy = "layer-lfu";
+// The engine's default, chosen by replaying the recorded Kimi K3 trace and synthetic
+// incremental-decode traces (docs/CACHE.md has the tables). On the recorded trace LRU gets no
+// reuse across forward passes (36.2 % at 8-64 GB) while layer-reuse reaches 98-99.9 % of
+// Belady's hit rate at 8-128 GB; on incremental decoding it is the best or within a point of
+// the best online policy in every case tried (skewed routing, where frequency matters, and
+// token-to-token correlation, where recency does), because it learns which of the two
+// predicts reuse instead of assuming one. layer-mru and layer-lfu match it on the recorded
+// trace but collapse or fall behind LRU on incremental decoding.
+inline constexpr std::string_view kDefaultPolicy = "layer-reuse";
 
 // Every policy name MakePolicy accepts, in the order the simulator lists them.
 const std::vector<std::string>& PolicyNames();

@@ -154,42 +154,40 @@ class S3FifoPolicy final : public ReplacementPolicy {
       main_.Erase(key);
     }
   }
+  // S while it holds its share (or M is empty), else M; the other queue when nothing in the
+  // first may go (pinned or being filled).
   std::optional<ExpertKey> ChooseVictim(EvictablePredicate evictable) override {
-    // Every key is looked at a bounded number of times (its frequency drains, pinned keys are
-    // rotated), so the loop ends even when nothing is evictable.
-    int64_t steps = (kMaxFreq + 2) * static_cast<int64_t>(small_.size() + main_.size()) + 2;
-    while (steps-- > 0 && (!small_.empty() || !main_.empty())) {
-      const bool from_small = static_cast<int64_t>(small_.size()) >= small_cap_ || main_.empty();
-      std::optional<ExpertKey> victim = from_small ? StepSmall(evictable) : StepMain(evictable);
-      if (victim) return victim;
-    }
-    return std::nullopt;
+    const bool small_first = static_cast<int64_t>(small_.size()) >= small_cap_ || main_.empty();
+    std::optional<ExpertKey> victim = small_first ? EvictSmall(evictable) : EvictMain(evictable);
+    if (!victim) victim = small_first ? EvictMain(evictable) : EvictSmall(evictable);
+    return victim;
   }
 
  private:
   static constexpr uint8_t kMaxFreq = 3;
 
-  // S's head: reused keys move to M, a one-hit key is the victim, a pinned one goes round.
-  std::optional<ExpertKey> StepSmall(EvictablePredicate evictable) {
-    auto [key, freq] = small_.PopFront();
-    if (freq > 0) {
-      main_.PushBack(key, 0);
-    } else if (evictable(key)) {
+  // From S's head: keys requested while in S move to M; the first one-hit key that may go is
+  // the victim; others (pinned) go round once.
+  std::optional<ExpertKey> EvictSmall(EvictablePredicate evictable) {
+    for (size_t n = small_.size(); n > 0; --n) {
+      auto [key, freq] = small_.PopFront();
+      if (freq > 0) {
+        main_.PushBack(key, 0);
+        continue;
+      }
       small_.PushBack(key, freq);  // stays resident until OnRemove
-      return key;
-    } else {
-      small_.PushBack(key, freq);
+      if (evictable(key)) return key;
     }
     return std::nullopt;
   }
-  // M's head: a key with frequency left is reinserted with one less, else it is the victim.
-  std::optional<ExpertKey> StepMain(EvictablePredicate evictable) {
-    auto [key, freq] = main_.PopFront();
-    if (freq == 0 && evictable(key)) {
-      main_.PushBack(key, freq);
-      return key;
+  // From M's head: a key with frequency left is reinserted with one less; the first key at zero
+  // that may go is the victim. Each key is passed at most kMaxFreq + 1 times.
+  std::optional<ExpertKey> EvictMain(EvictablePredicate evictable) {
+    for (size_t n = (kMaxFreq + 1) * main_.size() + 1; n > 0 && !main_.empty(); --n) {
+      auto [key, freq] = main_.PopFront();
+      main_.PushBack(key, freq > 0 ? freq - 1 : 0);
+      if (freq == 0 && evictable(key)) return key;
     }
-    main_.PushBack(key, freq > 0 ? freq - 1 : 0);
     return std::nullopt;
   }
 

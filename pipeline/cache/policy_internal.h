@@ -60,6 +60,7 @@ std::unique_ptr<ReplacementPolicy> MakeS3Fifo(const PolicyOptions& options);
 std::unique_ptr<ReplacementPolicy> MakeLirs(const PolicyOptions& options);
 std::unique_ptr<ReplacementPolicy> MakeLayerMru(const PolicyOptions& options);
 std::unique_ptr<ReplacementPolicy> MakeLayerLfu(const PolicyOptions& options);
+std::unique_ptr<ReplacementPolicy> MakeLayerFreq(const PolicyOptions& options);
 std::unique_ptr<ReplacementPolicy> MakeLayerReuse(const PolicyOptions& options);
 
 }  // namespace k3::cache_internal

@@ -6,101 +6,28 @@
 // evicts each expert shortly before its next use and gets no reuse across passes at all.
 //
 // The policies learn nothing about particular experts ahead of time; they see the layer of each
-// request, the order of demand requests and (layer-lfu, layer-reuse) online request counts.
-//   layer-mru:   evict from the layer farthest ahead of the pass (the one just passed), its most
-//                recently used expert first; the current layer goes last.
-//   layer-lfu:   the same layer order; within the layer the expert with the fewest aged requests
-//                (most recently used among equals). The default: see policy.h and docs/CACHE.md.
-//   layer-reuse: evicts the key with the largest estimated time to its next use, in passes:
-//                layers to its next visit / L + (1 - p) / p, where p estimates how likely the
-//                key is requested at a visit of its layer (a decayed fraction of past visits,
-//                with a prior at the layer's base rate).
+// request, the order of demand requests and online request counts.
+//   layer-mru:  evict from the layer farthest ahead of the pass (the one just passed), its most
+//               recently used expert first; the current layer goes last.
+//   layer-lfu:  the same layer order; within the layer the expert with the fewest aged requests
+//               (most recently used among equals).
+//   layer-freq: evicts the key with the largest expected wait until its next use, in passes:
+//               layers to its next visit / L + (1 - p) / p, where p is the key's decayed
+//               fraction of visits that requested it, with a prior at the layer's base rate.
+// layer-reuse (policy_layer_reuse.cc, the default) ranks by the same expected wait with p
+// learned from recency and frequency; these three are the steps that led to it.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "pipeline/cache/layer_position.h"
 #include "pipeline/cache/policy_internal.h"
 
 namespace k3::cache_internal {
 namespace {
-
-// Where the forward pass is: the layer of the latest demand request, and visits per layer (a
-// visit starts when a demand request names a layer other than the previous demand request's).
-class PassPosition {
- public:
-  explicit PassPosition(int32_t num_layers) : num_layers_(num_layers) {}
-
-  // Returns true when the request starts a new visit of its layer.
-  bool Observe(const ExpertKey& key, RequestKind kind) {
-    min_layer_ = std::min(min_layer_, key.layer);
-    max_layer_ = std::max(max_layer_, key.layer);
-    if (kind != RequestKind::kDemand) return false;
-    const bool new_visit = !started_ || key.layer != current_;
-    started_ = true;
-    current_ = key.layer;
-    if (new_visit) ++visits_[key.layer];
-    return new_visit;
-  }
-  int32_t current() const { return current_; }
-  // Layers in one pass: the configured count, or the range of layer ids seen so far.
-  int32_t span() const { return std::max(num_layers_, max_layer_ - min_layer_ + 1); }
-  // Layers the pass must advance before it reaches `layer` again: 0 for the current layer,
-  // span() - 1 for the layer just passed.
-  int32_t Ahead(int32_t layer) const {
-    const int32_t s = span();
-    return ((layer - current_) % s + s) % s;
-  }
-  int64_t visits(int32_t layer) const {
-    auto it = visits_.find(layer);
-    return it == visits_.end() ? 0 : it->second;
-  }
-
- private:
-  int32_t num_layers_;
-  bool started_ = false;
-  int32_t current_ = 0;
-  int32_t min_layer_ = std::numeric_limits<int32_t>::max();
-  int32_t max_layer_ = std::numeric_limits<int32_t>::min();
-  absl::flat_hash_map<int32_t, int64_t> visits_;
-};
-
-// Resident keys grouped by layer, with the last request tick of each.
-class LayerResidents {
- public:
-  using Layer = absl::flat_hash_map<ExpertKey, int64_t>;  // key -> last request tick
-
-  void Touch(const ExpertKey& key, int64_t tick) {
-    auto it = layers_.find(key.layer);
-    if (it == layers_.end()) return;
-    auto k = it->second.find(key);
-    if (k != it->second.end()) k->second = tick;
-  }
-  void Insert(const ExpertKey& key, int64_t tick) { layers_[key.layer][key] = tick; }
-  void Erase(const ExpertKey& key) {
-    auto it = layers_.find(key.layer);
-    if (it == layers_.end()) return;
-    it->second.erase(key);
-    if (it->second.empty()) layers_.erase(it);
-  }
-  // Layer ids holding residents, farthest ahead of the pass first (the current layer last).
-  std::vector<int32_t> ByDistance(const PassPosition& pos) const {
-    std::vector<int32_t> ids;
-    ids.reserve(layers_.size());
-    for (const auto& [id, keys] : layers_) ids.push_back(id);
-    std::sort(ids.begin(), ids.end(),
-              [&](int32_t a, int32_t b) { return pos.Ahead(a) > pos.Ahead(b); });
-    return ids;
-  }
-  const Layer& layer(int32_t id) const { return layers_.at(id); }
-  const absl::flat_hash_map<int32_t, Layer>& all() const { return layers_; }
-
- private:
-  absl::flat_hash_map<int32_t, Layer> layers_;
-};
 
 // layer-mru and layer-lfu: the layer order above, then a rank within the layer.
 class LayerOrderPolicy final : public ReplacementPolicy {
@@ -119,16 +46,18 @@ class LayerOrderPolicy final : public ReplacementPolicy {
   void OnRemove(const ExpertKey& key, RemovalCause) override { residents_.Erase(key); }
   std::optional<ExpertKey> ChooseVictim(EvictablePredicate evictable) override {
     for (int32_t id : residents_.ByDistance(pos_)) {
-      std::optional<ExpertKey> victim = WithinLayer(residents_.layer(id), evictable);
+      const bool current = id == pos_.current();
+      std::optional<ExpertKey> victim = WithinLayer(residents_.layer(id), current, evictable);
       if (victim) return victim;
     }
     return std::nullopt;
   }
 
  private:
-  // Fewest requests first (layer-lfu only), then most recently used: under a cyclic pass the
-  // key used last is the one whose next use is farthest away.
-  std::optional<ExpertKey> WithinLayer(const LayerResidents::Layer& keys,
+  // Fewest requests first (layer-lfu only), then by recency: in a layer the pass has left, the
+  // most recently used key is the one whose next use is farthest away (cyclic access); in the
+  // current layer, whose visit may still ask for its keys again, the least recently used.
+  std::optional<ExpertKey> WithinLayer(const LayerResidents::Layer& keys, bool current,
                                        EvictablePredicate evictable) const {
     std::optional<ExpertKey> best;
     uint32_t best_freq = 0;
@@ -136,7 +65,8 @@ class LayerOrderPolicy final : public ReplacementPolicy {
     for (const auto& [key, tick] : keys) {
       if (!evictable(key)) continue;
       const uint32_t f = by_frequency_ ? freq_.Get(key) : 0;
-      if (!best || f < best_freq || (f == best_freq && tick > best_tick)) {
+      const bool newer = current ? tick < best_tick : tick > best_tick;
+      if (!best || f < best_freq || (f == best_freq && newer)) {
         best = key;
         best_freq = f;
         best_tick = tick;
@@ -152,20 +82,18 @@ class LayerOrderPolicy final : public ReplacementPolicy {
   LayerResidents residents_;
 };
 
-// layer-reuse. Per key: a decayed count of the visits of its layer that requested it (hits)
+// layer-freq. Per key: a decayed count of the visits of its layer that requested it (hits)
 // and of the visits since it was first seen (visits), both multiplied by kDecay at every later
 // visit of the layer, so the estimate follows a drifting workload with a memory of about
 // 1 / (1 - kDecay) visits. The prior (kPriorVisits visits at the layer's base rate: distinct
 // keys per visit / distinct keys seen) keeps a key seen once from looking certain.
-class LayerReusePolicy final : public ReplacementPolicy {
+class LayerFreqPolicy final : public ReplacementPolicy {
  public:
-  explicit LayerReusePolicy(const PolicyOptions& options) : pos_(options.num_layers) {
-    if (const char* e = std::getenv("K3X_DECAY")) decay_ = std::atof(e);
-    if (const char* e = std::getenv("K3X_PRIOR")) prior_ = std::atof(e);
-  }
+  explicit LayerFreqPolicy(const PolicyOptions& options) : pos_(options.num_layers) {}
 
-  std::string_view name() const override { return "layer-reuse"; }
+  std::string_view name() const override { return "layer-freq"; }
   void OnRequest(const ExpertKey& key, RequestKind kind) override {
+    ++tick_;
     const int32_t previous = pos_.current();
     pos_.Observe(key, kind);
     candidates_.erase(key.layer);  // its keys' estimates or protection may change
@@ -185,9 +113,9 @@ class LayerReusePolicy final : public ReplacementPolicy {
     s.last_request_visit = visit;
     ++layer.distinct_requests;
   }
-  void OnHit(const ExpertKey&) override {}
+  void OnHit(const ExpertKey& key) override { residents_.Touch(key, tick_); }
   void OnInsert(const ExpertKey& key) override {
-    residents_.Insert(key, 0);
+    residents_.Insert(key, tick_);
     candidates_.erase(key.layer);
   }
   void OnRemove(const ExpertKey& key, RemovalCause) override {
@@ -203,16 +131,15 @@ class LayerReusePolicy final : public ReplacementPolicy {
       if (!best || score > best->score) best = Candidate{c->key, c->p, score};
     }
     if (best) return best->key;
-    // Only keys of the current visit are left: any evictable one.
-    for (const auto& [id, keys] : residents_.all()) {
-      for (const auto& [key, unused] : keys) {
-        if (evictable(key)) return key;
-      }
-    }
-    return std::nullopt;
+    return residents_.LeastRecent(evictable);  // only keys the current visit requested remain
   }
 
  private:
+  // A memory of about 64 visits; a prior worth 10 visits (chosen on the synthetic
+  // incremental-decode traces of docs/CACHE.md; the recorded trace is insensitive to both).
+  static constexpr double kDecay = 1.0 - 1.0 / 64;
+  static constexpr double kPriorVisits = 10.0;
+
   struct KeyStats {
     double hits = 0;
     double visits = 0;
@@ -229,12 +156,12 @@ class LayerReusePolicy final : public ReplacementPolicy {
     double score = 0;
   };
 
-  void Decay(KeyStats& s, int64_t visit) const {
+  static void Decay(KeyStats& s, int64_t visit) {
     const int64_t elapsed = visit - s.visit;
     if (elapsed <= 0) return;
-    const double d = std::pow(decay_, static_cast<double>(elapsed));
+    const double d = std::pow(kDecay, static_cast<double>(elapsed));
     s.hits *= d;
-    s.visits = decay_ >= 1 ? s.visits + elapsed : s.visits * d + (1 - d) / (1 - decay_);
+    s.visits = s.visits * d + (1 - d) / (1 - kDecay);
     s.visit = visit;
   }
   bool Protected(const ExpertKey& key) const {
@@ -248,9 +175,9 @@ class LayerReusePolicy final : public ReplacementPolicy {
     const LayerStats& layer = layer_stats_.at(key.layer);
     const double per_visit = static_cast<double>(layer.distinct_requests) /
                              static_cast<double>(std::max<int64_t>(1, pos_.visits(key.layer)));
-    const double base = std::min(
-        1.0, per_visit / static_cast<double>(std::max<int64_t>(1, layer.distinct_keys)));
-    return std::max(1e-6, (s.hits + prior_ * base) / (s.visits + prior_));
+    const double base =
+        std::min(1.0, per_visit / static_cast<double>(std::max<int64_t>(1, layer.distinct_keys)));
+    return std::max(1e-6, (s.hits + kPriorVisits * base) / (s.visits + kPriorVisits));
   }
   // The layer's key least likely to be reused, among the evictable unprotected ones. Cached per
   // layer until a request, insert or removal in that layer (the estimates of a layer's keys
@@ -275,9 +202,8 @@ class LayerReusePolicy final : public ReplacementPolicy {
     return best;
   }
 
-  double decay_ = 1.0 - 1.0 / 64;
-  double prior_ = 2.0;
   PassPosition pos_;
+  int64_t tick_ = 0;
   absl::flat_hash_map<ExpertKey, KeyStats> stats_;
   absl::flat_hash_map<int32_t, LayerStats> layer_stats_;
   LayerResidents residents_;
@@ -292,8 +218,8 @@ std::unique_ptr<ReplacementPolicy> MakeLayerMru(const PolicyOptions& options) {
 std::unique_ptr<ReplacementPolicy> MakeLayerLfu(const PolicyOptions& options) {
   return std::make_unique<LayerOrderPolicy>(options, /*by_frequency=*/true);
 }
-std::unique_ptr<ReplacementPolicy> MakeLayerReuse(const PolicyOptions& options) {
-  return std::make_unique<LayerReusePolicy>(options);
+std::unique_ptr<ReplacementPolicy> MakeLayerFreq(const PolicyOptions& options) {
+  return std::make_unique<LayerFreqPolicy>(options);
 }
 
 }  // namespace k3::cache_internal

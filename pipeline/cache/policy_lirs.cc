@@ -16,7 +16,8 @@ namespace {
 class LirsPolicy final : public ReplacementPolicy {
  public:
   explicit LirsPolicy(const PolicyOptions& options)
-      : lir_cap_(std::max<int64_t>(1, options.capacity - std::max<int64_t>(1, options.capacity / 100))),
+      : lir_cap_(
+            std::max<int64_t>(1, options.capacity - std::max<int64_t>(1, options.capacity / 100))),
         stack_cap_(3 * options.capacity) {}
 
   std::string_view name() const override { return "lirs"; }

@@ -14,9 +14,9 @@ absl::StatusOr<CacheStats> ReplayTrace(std::span<const ExpertKey> trace, std::st
                                        const ReplayOptions& options) {
   const int64_t slots = SimulatedSlots(options.capacity_bytes, options.expert_bytes);
   if (slots < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a capacity of ", options.capacity_bytes, " bytes holds no expert of ",
-        options.expert_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("a capacity of ", options.capacity_bytes,
+                                                   " bytes holds no expert of ",
+                                                   options.expert_bytes, " bytes"));
   }
   PolicyOptions popt{.capacity = slots, .num_layers = options.num_layers, .future = trace};
   absl::StatusOr<std::unique_ptr<ReplacementPolicy>> made = MakePolicy(policy, popt);
@@ -25,8 +25,7 @@ absl::StatusOr<CacheStats> ReplayTrace(std::span<const ExpertKey> trace, std::st
                           .slot_bytes = options.expert_bytes,
                           .alignment = 1,
                           .allocate = false};
-  absl::StatusOr<std::unique_ptr<ExpertCache>> cache =
-      ExpertCache::Create(copt, *std::move(made));
+  absl::StatusOr<std::unique_ptr<ExpertCache>> cache = ExpertCache::Create(copt, *std::move(made));
   if (!cache.ok()) return cache.status();
   for (const ExpertKey& key : trace) {
     absl::StatusOr<CacheGrant> grant = (*cache)->Request(key);

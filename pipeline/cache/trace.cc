@@ -38,10 +38,9 @@ absl::StatusOr<std::vector<ExpertKey>> ParseExpertTrace(std::string_view bytes,
     const char* p = bytes.data() + i * kPairBytes;
     trace[i] = {LoadLittleEndian32(p), LoadLittleEndian32(p + 4)};
     if (trace[i].layer < 0 || trace[i].expert < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("trace ", std::string(name), ": request ",
-                                                     i, " (byte offset ", i * kPairBytes,
-                                                     ") has a negative id: ",
-                                                     trace[i].ToString()));
+      return absl::InvalidArgumentError(absl::StrCat("trace ", std::string(name), ": request ", i,
+                                                     " (byte offset ", i * kPairBytes,
+                                                     ") has a negative id: ", trace[i].ToString()));
     }
   }
   return trace;

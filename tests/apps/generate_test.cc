@@ -83,6 +83,20 @@ TEST(GenerateTest, SamplingIsReproducibleForASeed) {
   EXPECT_NE(ids("a.json"), ids("c.json"));
 }
 
+TEST(GenerateTest, PrefillChunkAndThreadCountDoNotChangeABit) {
+  testing::TempDir dir;
+  std::vector<std::string> outputs;
+  for (auto [chunk, threads] : {std::pair{"64", "2"}, {"1", "1"}, {"3", "2"}}) {
+    const std::string tag = std::string(chunk) + "_" + threads;
+    auto r = RunK3({"generate", "-m", Fixture(), "--ids", "3,7,11,5,9,2,40,41", "-n", "6",
+                    "--prefill-chunk", chunk, "-t", threads, "--dump-logits", dir / tag});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    outputs.push_back(r.out + testing::ReadAll(dir / tag));
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(outputs[0], outputs[2]);
+}
+
 struct GenerateError {
   const char* name;
   std::vector<std::string> args;

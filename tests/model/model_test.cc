@@ -60,8 +60,8 @@ int32_t Argmax(std::span<const float> v) {
 
 // Greedy decoding, incremental: prefill, then one token per step. Returns ids and the logits
 // that chose each of them.
-std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> GreedyIncremental(
-    Engine& e, int steps) {
+std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> GreedyIncremental(Engine& e,
+                                                                                   int steps) {
   SequenceState state(e.ckpt->config());
   std::vector<int32_t> ids;
   std::vector<std::vector<float>> logits{e.Run(kPrompt, state)};
@@ -79,13 +79,13 @@ struct ReferenceRun {
 
 ReferenceRun RunReference(const std::string& model_dir, int n_predict) {
   testing::TempDir out;
-  std::string cmd = absl::StrCat(
-      testing::ShellQuote(std::getenv("K3_PYTHON")), " ",
-      testing::ShellQuote(std::string(std::getenv("K3_SOURCE_DIR")) +
-                          "/tests/reference/k3_reference.py"),
-      " --model ", testing::ShellQuote(model_dir), " --ids ", absl::StrJoin(kPrompt, ","),
-      " --n-predict ", n_predict, " --dump-all-logits ", out / "all.f32", " --report-json ",
-      out / "report.json", " >/dev/null");
+  std::string cmd =
+      absl::StrCat(testing::ShellQuote(std::getenv("K3_PYTHON")), " ",
+                   testing::ShellQuote(std::string(std::getenv("K3_SOURCE_DIR")) +
+                                       "/tests/reference/k3_reference.py"),
+                   " --model ", testing::ShellQuote(model_dir), " --ids ",
+                   absl::StrJoin(kPrompt, ","), " --n-predict ", n_predict, " --dump-all-logits ",
+                   out / "all.f32", " --report-json ", out / "report.json", " >/dev/null");
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   ReferenceRun r;
   auto report = nlohmann::json::parse(testing::ReadAll(out / "report.json"));
@@ -155,8 +155,8 @@ TEST_P(SyntheticModelTest, MatchesTheReferenceAtEveryPositionAndGreedily) {
     worst = std::max(worst, err);
     EXPECT_LE(err, kTolerance) << "position " << p;
   }
-  std::printf("[ model %s ] worst relative logit error over %zu positions: %.2e\n",
-              GetParam().name, sequence.size(), worst);
+  std::printf("[ model %s ] worst relative logit error over %zu positions: %.2e\n", GetParam().name,
+              sequence.size(), worst);
 }
 
 TEST_P(SyntheticModelTest, IncrementalDecodingEqualsFullRecomputeBitForBit) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/tokenizer/test_vocab.h"
 
 namespace k3::tokenizer_internal {
 namespace {
@@ -110,14 +111,14 @@ TEST(BytePairEncodeTest, LongPiecesStayFast) {
 
   std::vector<int32_t> out;
   const std::string same(100'000, 'a');
-  EXPECT_LT(SecondsToEncode(same, t.table(), &out), 0.5);
+  EXPECT_LT(SecondsToEncode(same, t.table(), &out), 0.5 * tokenizer_testing::SlowBuildFactor());
   EXPECT_EQ(Concat(t, out), same);
 
   out.clear();
   std::mt19937 rng(1);
   std::string mixed;
   for (int i = 0; i < 100'000; ++i) mixed.push_back("abcxyz"[rng() % 6]);
-  EXPECT_LT(SecondsToEncode(mixed, t.table(), &out), 0.5);
+  EXPECT_LT(SecondsToEncode(mixed, t.table(), &out), 0.5 * tokenizer_testing::SlowBuildFactor());
   EXPECT_EQ(Concat(t, out), mixed);
 }
 

@@ -4,8 +4,9 @@ reference tokenizer (npm tiktoken). Deterministic; rerun after editing and commi
 
   python3 tests/tokenizer/make_parity_corpus.py > tests/tokenizer/parity_corpus.json
 
-Needs Python >= 3.11 (Unicode 14, as PCRE2 10.42). "strings" are valid Unicode; "invalid_utf8_hex" are byte strings (hex) that are not valid UTF-8:
-k3 encodes the bytes, the oracle encodes what TextDecoder makes of them.
+Run it with Debian 12's python3 (Unicode 14.0, like PCRE2 10.42). "strings" are valid Unicode;
+"invalid_utf8_hex" are byte strings (hex) that are not valid UTF-8: k3 encodes the bytes, the
+oracle encodes what TextDecoder makes of them.
 """
 import json
 import random

@@ -103,6 +103,7 @@ if (command === "export" && args.length === 2) {
 } else if (command === "encode" && args.length === 3) {
   encode(...args);
 } else {
-  process.stderr.write("usage: oracle.cjs export ORACLE_DIR OUT_DIR | encode ORACLE_DIR REQUEST OUT\n");
+  process.stderr.write(
+      "usage: oracle.cjs export ORACLE_DIR OUT_DIR | encode ORACLE_DIR REQUEST OUT\n");
   process.exit(2);
 }

@@ -4,8 +4,8 @@
 // o200k's own, Kimi's, and two more OpenAI patterns. The corpora are parity_corpus.json and a
 // sweep over every assigned code point.
 //
-// The oracle is found in $K3_BUILD_DIR/oracle (scripts/setup-deps.sh installs it; ctest sets
-// K3_BUILD_DIR). Without it the tests are skipped, or fail when K3_REQUIRE_ORACLE=1.
+// The oracle is found in $K3_BUILD_DIR/oracle (scripts/setup-deps.sh installs it; the test main
+// sets K3_BUILD_DIR). Without it the tests are skipped, or fail when K3_REQUIRE_ORACLE=1.
 // K3_PARITY_CORPUS=<file> runs another corpus of the same shape.
 #include <cstdlib>
 #include <filesystem>
@@ -106,7 +106,7 @@ std::string HexToBytes(const std::string& hex) {
 class ParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
-    oracle_dir_ = new fs::path(fs::path(EnvOr("K3_BUILD_DIR", K3_DEFAULT_BUILD_DIR)) / "oracle");
+    oracle_dir_ = new fs::path(fs::path(EnvOr("K3_BUILD_DIR", ".")) / "oracle");
     if (!fs::exists(*oracle_dir_ / "node_modules" / "tiktoken" / "package.json")) {
       setup_problem_ = new std::string(
           "the npm package tiktoken is not in " + oracle_dir_->string() +

@@ -6,6 +6,7 @@
 
 #include "core/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/tokenizer/test_vocab.h"
 
 namespace k3::tokenizer_internal {
 namespace {
@@ -89,7 +90,7 @@ TEST_F(KimiPatternTest, LongRunsAreFastAndWhole) {
                                            std::string(100'000, ' '), marks};
   for (const std::string& text : inputs) {
     Pieces pieces;
-    EXPECT_LT(seconds([&] { pieces = Split(*kimi_, text); }), 1.0);
+    EXPECT_LT(seconds([&] { pieces = Split(*kimi_, text); }), tokenizer_testing::SlowBuildFactor());
     ASSERT_EQ(pieces.size(), 1u);
     EXPECT_EQ(pieces[0].size(), text.size());
   }

@@ -42,6 +42,16 @@ std::vector<std::string> TrainMerges(const std::vector<std::string>& pieces, int
 
 void WriteFile(const std::filesystem::path& path, std::string_view contents);
 
+// Time limits of the speed tests hold for optimised builds; sanitizer and unoptimised builds get
+// this much more.
+inline double SlowBuildFactor() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__)
+  return 20.0;
+#else
+  return 1.0;
+#endif
+}
+
 // A fresh directory under the system temporary directory, removed with its contents.
 class TempDir {
  public:

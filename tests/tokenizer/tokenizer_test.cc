@@ -213,12 +213,13 @@ TEST_F(KimiShapedTest, LongInputsAreFast) {
   std::string no_spaces;
   for (int i = 0; i < 100'000; ++i) no_spaces.push_back("abcdefgh"[i * 7 % 8]);
   Ids ids;
-  EXPECT_LT(seconds([&] { ids = tok_->Encode(no_spaces, false); }), 1.0);
+  EXPECT_LT(seconds([&] { ids = tok_->Encode(no_spaces, false); }),
+            tokenizer_testing::SlowBuildFactor());
   EXPECT_EQ(Decode(ids), no_spaces);
 
   std::string han;
   for (int i = 0; i < 40'000; ++i) han += "中文";
-  EXPECT_LT(seconds([&] { ids = tok_->Encode(han, false); }), 1.0);
+  EXPECT_LT(seconds([&] { ids = tok_->Encode(han, false); }), tokenizer_testing::SlowBuildFactor());
   EXPECT_EQ(Decode(ids), han);
 }
 
