@@ -34,6 +34,9 @@ ABSL_FLAG(int32_t, reads, 96,
           "Experts read per measurement (--raw): each a different expert, chosen at random.");
 ABSL_FLAG(int32_t, chunk_kib, 0,
           "Split reads into chunks of this many KiB (--raw; 0: the engine's default).");
+ABSL_FLAG(bool, huge_pages, true,
+          "Back the read buffers with huge pages where available (--nohuge-pages: 4 KiB pages, "
+          "like fio's buffers).");
 ABSL_FLAG(bool, fio, true,
           "With --raw and the direct profile, also run fio (if installed) on the same files, "
           "block size and queue depth, interleaved with k3's runs (--nofio to skip).");
@@ -60,6 +63,19 @@ struct Row {
   std::vector<double> iops = {};
   std::vector<double> fio_gbps = {};
   double mb_per_request = 0;
+};
+
+// How the io layer ran, for the table's caption and the JSON.
+struct EngineSetup {
+  std::string backend = "";  // io_uring or pread
+  bool registered = false;   // buffers registered with io_uring
+  std::string pages = "";    // what backs the buffers
+  uint64_t chunk_bytes = 0;
+
+  std::string Describe() const {
+    return absl::StrCat(backend, ", ", chunk_bytes >> 10, " KiB chunks, ",
+                        registered ? "registered " : "", "buffers on ", pages);
+  }
 };
 
 double Median(std::vector<double> v) {
@@ -211,18 +227,20 @@ bool FioAvailable() {
   return available;
 }
 
-// fio's bandwidth in bytes/s: random reads of `block` bytes (O_DIRECT, io_uring) at random
-// block-aligned offsets of the expert shards, `depth` in flight, `total` bytes in all.
+// fio's bandwidth in bytes/s: random reads of `block` bytes (O_DIRECT, io_uring, fixed buffers)
+// at random block-aligned offsets of the expert shards, `depth` in flight, `total` bytes in all.
 std::optional<double> MeasureFio(const Volume& v, uint64_t block, int depth, uint64_t total) {
   std::vector<std::string> escaped;
   for (const std::string& f : v.expert_shards) {
     escaped.push_back(absl::StrReplaceAll(f, {{":", "\\:"}}));  // fio separates files with ':'
   }
-  const std::string cmd = absl::StrCat(
-      "fio --name=k3-raw --ioengine=io_uring --direct=1 --rw=randread --bs=", block,
-      " --iodepth=", depth, " --io_size=", total, " --randrepeat=0 --norandommap",
-      " --output-format=json --filename=", ShellQuote(absl::StrJoin(escaped, ":")),
-      " 2>/dev/null");
+  const std::string cmd =
+      absl::StrCat("fio --name=k3-raw --ioengine=io_uring --direct=1 --rw=randread --bs=", block,
+                   " --iodepth=", depth, " --io_size=", total, " --randrepeat=0 --norandommap",
+                   // Registered buffers and files, as k3 uses: without them fio pins the pages of
+                   // every 17.5 MB buffer per read and measures that rather than the disk.
+                   " --fixedbufs --registerfiles --output-format=json --filename=",
+                   ShellQuote(absl::StrJoin(escaped, ":")), " 2>/dev/null");
   auto out = RunCommand(cmd);
   if (!out) return std::nullopt;
   const size_t brace = out->find('{');
@@ -252,9 +270,9 @@ void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
   for (const Row& r : rows) {
     std::string line = show_volume ? absl::StrCat("| ", r.volume, " ") : "";
     const auto [lo, hi] = std::minmax_element(r.gbps.begin(), r.gbps.end());
-    absl::StrAppend(&line, "| ", r.profile, " | ", r.queue_depth, " | ",
-                    F2(Median(r.gbps)), " | ", F2(*lo), "-", F2(*hi), " | ",
-                    absl::StrFormat("%.1f", Median(r.iops)), " | ", F2(r.mb_per_request), " |");
+    absl::StrAppend(&line, "| ", r.profile, " | ", r.queue_depth, " | ", F2(Median(r.gbps)), " | ",
+                    F2(*lo), "-", F2(*hi), " | ", absl::StrFormat("%.1f", Median(r.iops)), " | ",
+                    F2(r.mb_per_request), " |");
     if (any_fio) {
       if (r.fio_gbps.empty()) {
         absl::StrAppend(&line, " - | - |");
@@ -268,8 +286,12 @@ void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
 }
 
 nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
-                      const std::string& backend, uint64_t chunk) {
-  nlohmann::json out = {{"benchmark", "raw"}, {"backend", backend}, {"chunk_bytes", chunk}};
+                      const EngineSetup& setup) {
+  nlohmann::json out = {{"benchmark", "raw"},
+                        {"backend", setup.backend},
+                        {"chunk_bytes", setup.chunk_bytes},
+                        {"registered_buffers", setup.registered},
+                        {"buffer_pages", setup.pages}};
   out["volumes"] = nlohmann::json::array();
   for (const Volume& v : volumes) {  // what an outside tool (fio) needs to read the same bytes
     out["volumes"].push_back({{"dir", v.dir},
@@ -279,9 +301,12 @@ nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& v
   }
   out["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
-    nlohmann::json j = {{"volume", r.volume},          {"profile", r.profile},
-                        {"queue_depth", r.queue_depth}, {"gbps", r.gbps},
-                        {"gbps_median", Median(r.gbps)}, {"iops_median", Median(r.iops)},
+    nlohmann::json j = {{"volume", r.volume},
+                        {"profile", r.profile},
+                        {"queue_depth", r.queue_depth},
+                        {"gbps", r.gbps},
+                        {"gbps_median", Median(r.gbps)},
+                        {"iops_median", Median(r.iops)},
                         {"mb_per_request", r.mb_per_request}};
     if (!r.fio_gbps.empty()) {
       j["fio_gbps"] = r.fio_gbps;
@@ -294,15 +319,15 @@ nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& v
 }
 
 std::string ToCsv(const std::vector<Row>& rows) {
-  std::string csv = "volume,profile,queue_depth,gbps_median,iops_median,mb_per_request,"
-                    "fio_gbps_median,ratio_to_fio\n";
+  std::string csv =
+      "volume,profile,queue_depth,gbps_median,iops_median,mb_per_request,"
+      "fio_gbps_median,ratio_to_fio\n";
   for (const Row& r : rows) {
     const double fio = Median(r.fio_gbps);
-    absl::StrAppend(&csv, r.volume, ",\"", r.profile, "\",", r.queue_depth, ",",
-                    absl::StrFormat("%.4f,%.2f,%.4f,", Median(r.gbps), Median(r.iops),
-                                    r.mb_per_request),
-                    fio > 0 ? absl::StrFormat("%.4f,%.4f", fio, Median(r.gbps) / fio) : ",",
-                    "\n");
+    absl::StrAppend(
+        &csv, r.volume, ",\"", r.profile, "\",", r.queue_depth, ",",
+        absl::StrFormat("%.4f,%.2f,%.4f,", Median(r.gbps), Median(r.iops), r.mb_per_request),
+        fio > 0 ? absl::StrFormat("%.4f,%.4f", fio, Median(r.gbps) / fio) : ",", "\n");
   }
   return csv;
 }
@@ -316,13 +341,14 @@ struct RawSettings {
   int reads = 96;
   uint64_t chunk_bytes = 0;
   bool fio = true;
+  bool huge_pages = true;
   bool quiet = false;
 };
 
 absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
-                                                          const io::StorageProfile& profile,
-                                                          int depth,
-                                                          const io::BufferArena& arena) {
+                                                           const io::StorageProfile& profile,
+                                                           int depth,
+                                                           const io::BufferArena& arena) {
   io::EngineOptions o;
   o.queue_depth = depth;
   o.profile = profile;
@@ -334,11 +360,14 @@ absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
 // Runs one (volume, profile, depth) cell: `repeat` k3 runs, each followed by a fio run of the
 // same size when fio applies, so that both see the same noise.
 absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfile& profile,
-                         int depth, const io::BufferArena& arena, std::mt19937_64& rng,
-                         Row* row, std::string* backend) {
+                         int depth, const io::BufferArena& arena, std::mt19937_64& rng, Row* row,
+                         EngineSetup* setup) {
   auto engine = MakeEngine(s, profile, depth, arena);
   if (!engine.ok()) return engine.status();
-  *backend = std::string((*engine)->backend_name());
+  setup->backend = std::string((*engine)->backend_name());
+  setup->registered = (*engine)->buffers_registered();
+  setup->pages = io::PageKindName(arena.page_kind());
+  setup->chunk_bytes = (*engine)->options().chunk_bytes;
   std::vector<io::FileId> shard_ids;
   for (const std::string& path : v.checkpoint->shard_paths()) {
     auto id = (*engine)->OpenFile(path);
@@ -363,8 +392,8 @@ absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfi
       if (fio) row->fio_gbps.push_back(*fio / 1e9);
     }
     if (!s.quiet) {
-      std::fprintf(stderr, "k3 bench: %s qd %d run %d: %.2f GB/s%s\n", profile.name.c_str(),
-                   depth, rep + 1, row->gbps.back(),
+      std::fprintf(stderr, "k3 bench: %s qd %d run %d: %.2f GB/s%s\n", profile.name.c_str(), depth,
+                   rep + 1, row->gbps.back(),
                    fio ? absl::StrFormat(" (fio %.2f GB/s)", *fio / 1e9).c_str() : "");
     }
   }
@@ -391,20 +420,42 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   }
   s.chunk_bytes = static_cast<uint64_t>(chunk_kib) * 1024;
   s.fio = absl::GetFlag(FLAGS_fio);
+  s.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   s.quiet = absl::GetFlag(FLAGS_quiet);
   return s;
 }
 
 absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
-                          const std::string& backend, uint64_t chunk) {
+                          const EngineSetup& setup) {
   const std::string json_path = absl::GetFlag(FLAGS_out_json);
   if (!json_path.empty()) {
-    const std::string json = ToJson(rows, volumes, backend, chunk).dump(2) + "\n";
+    const std::string json = ToJson(rows, volumes, setup).dump(2) + "\n";
     absl::Status st = io::WriteFileAtomically(json_path, json);
     if (!st.ok()) return st;
   }
   const std::string csv_path = absl::GetFlag(FLAGS_out_csv);
   if (!csv_path.empty()) return io::WriteFileAtomically(csv_path, ToCsv(rows));
+  return absl::OkStatus();
+}
+
+// Every (profile, depth) cell of one volume, with one buffer arena for all of them.
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng,
+                           std::vector<Row>* rows, EngineSetup* setup) {
+  const int max_depth = *std::max_element(s.depths.begin(), s.depths.end());
+  io::BufferArena::Options arena_options;
+  arena_options.huge_pages = s.huge_pages;
+  auto arena =
+      io::BufferArena::Create(v.slot_bytes * static_cast<uint64_t>(max_depth), arena_options);
+  if (!arena.ok()) return arena.status();
+  for (const io::StorageProfile& profile : s.profiles) {
+    for (int depth : s.depths) {
+      Row row{.volume = v.dir, .profile = profile.name, .queue_depth = depth};
+      row.mb_per_request = static_cast<double>(v.expert_bytes) / 1e6;
+      absl::Status st = MeasureCell(s, v, profile, depth, **arena, rng, &row, setup);
+      if (!st.ok()) return st;
+      rows->push_back(std::move(row));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -419,27 +470,15 @@ int RunRaw(const std::vector<std::string>& dirs) {
   }
   std::mt19937_64 rng(std::random_device{}());
   std::vector<Row> rows;
-  std::string backend;
+  EngineSetup setup;
   for (Volume& v : volumes) {
-    const int max_depth = *std::max_element(settings->depths.begin(), settings->depths.end());
-    auto arena = io::BufferArena::Create(v.slot_bytes * static_cast<uint64_t>(max_depth));
-    if (!arena.ok()) return ReportError(kName, arena.status());
-    for (const io::StorageProfile& profile : settings->profiles) {
-      for (int depth : settings->depths) {
-        Row row{.volume = v.dir, .profile = profile.name, .queue_depth = depth};
-        row.mb_per_request = static_cast<double>(v.expert_bytes) / 1e6;
-        absl::Status st = MeasureCell(*settings, v, profile, depth, **arena, rng, &row, &backend);
-        if (!st.ok()) return ReportError(kName, st);
-        rows.push_back(std::move(row));
-      }
+    if (absl::Status st = MeasureVolume(*settings, v, rng, &rows, &setup); !st.ok()) {
+      return ReportError(kName, st);
     }
   }
+  std::printf("k3 io: %s\n\n", setup.Describe().c_str());
   PrintTable(rows, volumes.size() > 1, settings->repeat);
-  const uint64_t chunk = settings->chunk_bytes > 0 ? settings->chunk_bytes
-                                                   : io::EngineOptions{}.chunk_bytes;
-  if (absl::Status st = WriteOutputs(rows, volumes, backend, chunk); !st.ok()) {
-    return ReportError(kName, st);
-  }
+  if (absl::Status st = WriteOutputs(rows, volumes, setup); !st.ok()) return ReportError(kName, st);
   return kExitOk;
 }
 
@@ -473,7 +512,7 @@ const Subcommand& BenchCommand() {
       "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset); see docs/STORAGE.md.\n"
       "The decode benchmark (s/token against the I/O floor) comes with the pipeline.",
       {"model", "raw", "queue-depth", "storage-profile", "repeat", "reads", "chunk-kib", "fio",
-       "out-json", "out-csv", "quiet"},
+       "huge-pages", "out-json", "out-csv", "quiet"},
       RunBench};
   return kCommand;
 }

@@ -18,8 +18,8 @@ size_t RoundUpToHugePage(size_t bytes) {
 }
 
 void* MapAnonymous(size_t bytes, int extra_flags) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
-                   -1, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 

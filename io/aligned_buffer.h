@@ -55,7 +55,11 @@ class BufferArena {
  public:
   struct Options {
     bool huge_pages = true;  // try MAP_HUGETLB, then MADV_HUGEPAGE; fall back silently
-    bool populate = true;    // fault the pages in now rather than on the read path
+    // Fault the pages in now rather than on first use. Off by default: registering the arena
+    // with io_uring faults (and pins) every page anyway, and on a virtio disk with 4 KiB pages
+    // a prefaulted arena read ~40 % slower than one faulted by the registration (measured,
+    // docs/PERFORMANCE.md), presumably through the physical order of the pages.
+    bool populate = false;
   };
 
   static absl::StatusOr<std::unique_ptr<BufferArena>> Create(size_t bytes);

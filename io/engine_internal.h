@@ -27,10 +27,10 @@ struct Chunk {
   RequestState* request = nullptr;
   uint64_t begin = 0;  // [begin, end): the chunk's range relative to the request's aligned start
   uint64_t end = 0;
-  uint64_t done = 0;   // bytes from `begin` that have arrived
+  uint64_t done = 0;  // bytes from `begin` that have arrived
   int transient_retries = 0;
   int error_retries = 0;
-  int stalls = 0;      // short reads that made no aligned progress
+  int stalls = 0;  // short reads that made no aligned progress
 
   // The current attempt.
   int fd = -1;
@@ -40,7 +40,8 @@ struct Chunk {
   uint64_t file_offset = 0;
   uint32_t length = 0;
   absl::Time issued = absl::InfinitePast();
-  absl::Time not_before = absl::InfinitePast();  // storage-profile emulation: earliest release of the completion
+  absl::Time not_before =
+      absl::InfinitePast();  // storage-profile emulation: earliest release of the completion
 };
 
 // What a backend calls; implemented by the engine.
@@ -79,8 +80,8 @@ class Backend {
 inline constexpr uint64_t kRegisteredSegmentBytes = 1ull << 30;
 
 struct UringSetup {
-  size_t capacity = 0;        // chunks in flight
-  int max_files = 0;          // fixed-file table size
+  size_t capacity = 0;              // chunks in flight
+  int max_files = 0;                // fixed-file table size
   std::vector<iovec> buffers = {};  // segments to register (may be empty)
   bool notices = true;
 };

@@ -58,8 +58,8 @@ bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, ui
   if (rule.kind != Kind::kFailAtOffset) return Covers(rule, attempt);
   if (rule.count == 0 || rule.offset < offset || rule.offset >= offset + length) return false;
   const std::string& suffix = rule.path_suffix;
-  if (suffix.size() > path.size() || path.compare(path.size() - suffix.size(), suffix.size(),
-                                                  suffix) != 0) {
+  if (suffix.size() > path.size() ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return false;
   }
   if (rule.count > 0) --rule.count;

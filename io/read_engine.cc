@@ -143,6 +143,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   ~Impl() override { Shutdown(); }
 
   absl::Status Start();
+  absl::Status CreateBackend(Backend which, size_t chunks);
   void Shutdown();
 
   absl::StatusOr<FileId> OpenFile(const std::string& path);
@@ -166,8 +167,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   void HandleResult(Chunk* c, int64_t result, std::vector<Finished>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void HandleShortRead(Chunk* c, std::vector<Finished>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void HandleError(Chunk* c, int err, std::vector<Finished>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void HandleError(Chunk* c, int err, std::vector<Finished>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool SwitchToBuffered(FileState* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Requeue(Chunk* c, absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PushTimed(const Timed& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -223,43 +223,48 @@ absl::Status ReadEngine::Impl::Start() {
     max_requests = std::min(max_requests, options.profile.max_in_flight);
   }
   max_prefetch = options.max_prefetch_in_flight > 0 ? options.max_prefetch_in_flight
-                                                    : std::max(1, options.queue_depth / 2);
+                                                    : std::max(1, max_requests / 2);
   if (options.profile.emulated()) emulator.emplace(options.profile);
   const size_t chunks = std::min<size_t>(
       kMaxRingChunks, static_cast<size_t>(max_requests) * options.chunks_per_request);
-  if (*which != Backend::kPread) {
-    internal::UringSetup setup{.capacity = chunks, .max_files = 1024, .notices = options.notices};
-    if (options.arena != nullptr) {
-      for (size_t off = 0; off < options.arena->size(); off += internal::kRegisteredSegmentBytes) {
-        setup.buffers.push_back(
-            {options.arena->data() + off,
-             std::min<size_t>(internal::kRegisteredSegmentBytes, options.arena->size() - off)});
-      }
-    }
-    auto uring = internal::CreateUringBackend(setup);
-    if (uring.ok()) {
-      backend = *std::move(uring);
-    } else if (*which == Backend::kUring) {
-      return uring.status();
-    } else if (options.notices) {
-      internal::NoticeOnce("no-io_uring",
-                           absl::StrCat("io_uring is not available (",
-                                        std::string(uring.status().message()),
-                                        "); reading with a pool of pread threads"));
-    }
-  }
-  if (backend == nullptr) {
-    const int threads = options.pread_threads > 0
-                            ? options.pread_threads
-                            : static_cast<int>(std::min<size_t>(chunks, kMaxPreadThreads));
-    backend = internal::CreatePreadBackend(threads);
-  }
+  if (absl::Status s = CreateBackend(*which, chunks); !s.ok()) return s;
   if (backend->buffers_registered()) {
     registered_base = options.arena->data();
     registered_size = options.arena->size();
   }
   timer = std::thread([this] { TimerLoop(); });
   backend->Start(this);
+  return absl::OkStatus();
+}
+
+// io_uring unless told otherwise; pread threads when it is refused (unless io_uring was asked
+// for by name, which makes that an error).
+absl::Status ReadEngine::Impl::CreateBackend(Backend which, size_t chunks) {
+  if (which != Backend::kPread) {
+    internal::UringSetup setup{.capacity = chunks, .max_files = 1024, .notices = options.notices};
+    const BufferArena* arena = options.arena;
+    for (size_t off = 0; arena != nullptr && off < arena->size();
+         off += internal::kRegisteredSegmentBytes) {
+      setup.buffers.push_back(
+          {arena->data() + off,
+           std::min<size_t>(internal::kRegisteredSegmentBytes, arena->size() - off)});
+    }
+    auto uring = internal::CreateUringBackend(setup);
+    if (uring.ok()) {
+      backend = *std::move(uring);
+      return absl::OkStatus();
+    }
+    if (which == Backend::kUring) return uring.status();
+    if (options.notices) {
+      internal::NoticeOnce("no-io_uring", absl::StrCat("io_uring is not available (",
+                                                       std::string(uring.status().message()),
+                                                       "); reading with a pool of pread threads"));
+    }
+  }
+  const int threads = options.pread_threads > 0
+                          ? options.pread_threads
+                          : static_cast<int>(std::min<size_t>(chunks, kMaxPreadThreads));
+  backend = internal::CreatePreadBackend(threads);
   return absl::OkStatus();
 }
 
@@ -309,8 +314,9 @@ absl::StatusOr<FileId> ReadEngine::Impl::OpenFile(const std::string& path) {
       direct = false;
       if (options.notices) {
         internal::NoticeOnce("no-o_direct:" + path,
-                             absl::StrCat(path, ": the file system refuses O_DIRECT; reading "
-                                                "through the page cache"));
+                             absl::StrCat(path,
+                                          ": the file system refuses O_DIRECT; reading "
+                                          "through the page cache"));
       }
     }
   }
@@ -332,17 +338,25 @@ absl::StatusOr<FileId> ReadEngine::Impl::OpenFile(const std::string& path) {
   return static_cast<FileId>(files.size() - 1);
 }
 
-absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
-  const AlignedExtent extent = ExtentFor(request.offset, request.length);
+namespace {
+
+absl::Status CheckBuffer(const ReadRequest& request, const AlignedExtent& extent) {
   if (reinterpret_cast<uintptr_t>(request.buffer.data()) % kDirectAlignment != 0) {
     return absl::InvalidArgumentError("read buffer is not 4 KiB-aligned");
   }
   if (request.buffer.size() < extent.aligned_length) {
-    return absl::InvalidArgumentError(absl::StrCat("read buffer of ", request.buffer.size(),
-                                                   " bytes is too small: ", request.length,
-                                                   " bytes at offset ", request.offset, " need ",
-                                                   extent.aligned_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "read buffer of ", request.buffer.size(), " bytes is too small: ", request.length,
+        " bytes at offset ", request.offset, " need ", extent.aligned_length));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
+  const AlignedExtent extent = ExtentFor(request.offset, request.length);
+  if (absl::Status s = CheckBuffer(request, extent); !s.ok()) return s;
   std::vector<Finished> out;
   ReadId id;
   {
@@ -368,7 +382,7 @@ absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
     live.emplace(id, std::move(r));
     if (raw->spec.length == 0) {  // nothing to read; a callback still runs on an engine thread
       Finish(raw, &out);
-      for (Finished& f : out) deferred.push_back(std::move(f));
+      for (Finished& fin : out) deferred.push_back(std::move(fin));
       ++timed_generation;
     } else {
       queued[raw->priority()].push_back(raw);
@@ -390,7 +404,8 @@ ReadResult ReadEngine::Impl::Wait(ReadId id) {
   mu.Await(absl::Condition(&ready));
   auto d = done.find(id);
   if (d == done.end()) {
-    return {.id = id, .status = absl::NotFoundError(absl::StrCat("no unclaimed read with id ", id))};
+    return {.id = id,
+            .status = absl::NotFoundError(absl::StrCat("no unclaimed read with id ", id))};
   }
   ReadResult result = std::move(d->second);
   done.erase(d);
@@ -526,8 +541,8 @@ Chunk* ReadEngine::Impl::NewChunk(RequestState* r) {
       start < registered_base + registered_size) {
     // A fixed read must stay inside one registered segment.
     const uint64_t pos = static_cast<uint64_t>(start - registered_base);
-    const uint64_t segment_end = (pos / internal::kRegisteredSegmentBytes + 1) *
-                                 internal::kRegisteredSegmentBytes;
+    const uint64_t segment_end =
+        (pos / internal::kRegisteredSegmentBytes + 1) * internal::kRegisteredSegmentBytes;
     c->end = std::min(c->end, c->begin + (segment_end - pos));
   }
   r->next_issue = c->end;
@@ -546,7 +561,8 @@ Chunk* ReadEngine::Impl::Issue(Chunk* c) {
   c->buf_index = -1;
   if (registered_base != nullptr && c->dest >= registered_base &&
       c->dest + c->length <= registered_base + registered_size) {
-    c->buf_index = static_cast<int>((c->dest - registered_base) / internal::kRegisteredSegmentBytes);
+    c->buf_index =
+        static_cast<int>((c->dest - registered_base) / internal::kRegisteredSegmentBytes);
   }
   c->issued = absl::Now();
   c->not_before = emulator ? emulator->Schedule(c->issued, c->length) : absl::InfinitePast();
@@ -636,11 +652,11 @@ void ReadEngine::Impl::HandleShortRead(Chunk* c, std::vector<Finished>* out) {
     const uint64_t attempt_start = c->file_offset - r->extent.aligned_offset;
     const uint64_t resume = AlignDown(c->begin + c->done);
     if (resume <= attempt_start && ++c->stalls > kMaxStalls) {
-      Fail(r,
-           absl::DataLossError(absl::StrCat("reading ", r->file->path, " at offset ",
-                                            c->file_offset,
-                                            ": short reads below the block size make no progress")),
-           out);
+      Fail(
+          r,
+          absl::DataLossError(absl::StrCat("reading ", r->file->path, " at offset ", c->file_offset,
+                                           ": short reads below the block size make no progress")),
+          out);
       return Retire(c, out);
     }
     c->done = resume - c->begin;
@@ -667,9 +683,9 @@ void ReadEngine::Impl::HandleError(Chunk* c, int err, std::vector<Finished>* out
     ++r->retries;
     return Requeue(c, absl::Now() + backoff);
   }
-  std::string what = absl::StrCat("reading ", r->file->path, " at offset ", c->file_offset, " (",
-                                  c->length, " bytes, part of ", r->spec.length,
-                                  " bytes at offset ", r->spec.offset, ")");
+  std::string what =
+      absl::StrCat("reading ", r->file->path, " at offset ", c->file_offset, " (", c->length,
+                   " bytes, part of ", r->spec.length, " bytes at offset ", r->spec.offset, ")");
   if (c->error_retries > 0) absl::StrAppend(&what, " after ", c->error_retries, " retries");
   Fail(r, absl::ErrnoToStatus(err, what), out);
   Retire(c, out);
@@ -679,10 +695,10 @@ absl::Status ReadEngine::Impl::EndOfFile(const Chunk& c, uint64_t at) const {
   const RequestState& r = *c.request;
   struct stat st;
   const int64_t now_size = ::fstat(c.fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
-  return absl::DataLossError(absl::StrCat(
-      r.file->path, ": unexpected end of file at offset ", at, " reading ",
-      r.spec.length, " bytes at offset ", r.spec.offset, " (the file is ", now_size,
-      " bytes now, ", r.file->size, " when opened: truncated?)"));
+  return absl::DataLossError(absl::StrCat(r.file->path, ": unexpected end of file at offset ", at,
+                                          " reading ", r.spec.length, " bytes at offset ",
+                                          r.spec.offset, " (the file is ", now_size, " bytes now, ",
+                                          r.file->size, " when opened: truncated?)"));
 }
 
 bool ReadEngine::Impl::SwitchToBuffered(FileState* f) {
@@ -694,8 +710,9 @@ bool ReadEngine::Impl::SwitchToBuffered(FileState* f) {
   if (f->slot >= 0) backend->UpdateFile(f->slot, fd);
   if (options.notices) {
     internal::NoticeOnce("no-o_direct:" + f->path,
-                         absl::StrCat(f->path, ": the file system refuses O_DIRECT reads; reading "
-                                               "through the page cache"));
+                         absl::StrCat(f->path,
+                                      ": the file system refuses O_DIRECT reads; reading "
+                                      "through the page cache"));
   }
   return true;
 }
@@ -747,9 +764,9 @@ void ReadEngine::Impl::Finish(RequestState* r, std::vector<Finished>* out) {
                     .latency = absl::Now() - r->submitted,
                     .retries = r->retries};
   if (r->cancelled) {
-    result.status = absl::CancelledError(absl::StrCat("read of ", r->spec.length, " bytes at offset ",
-                                                      r->spec.offset, " of ", r->file->path,
-                                                      " cancelled"));
+    result.status =
+        absl::CancelledError(absl::StrCat("read of ", r->spec.length, " bytes at offset ",
+                                          r->spec.offset, " of ", r->file->path, " cancelled"));
     ++stats.cancelled;
   } else if (!r->error.ok()) {
     result.status = r->error;
@@ -834,8 +851,8 @@ absl::StatusOr<std::unique_ptr<ReadEngine>> ReadEngine::Create(const EngineOptio
   if (options.queue_depth < 1) return absl::InvalidArgumentError("queue depth must be at least 1");
   if (options.chunk_bytes < kDirectAlignment || options.chunk_bytes % kDirectAlignment != 0 ||
       options.chunk_bytes > (1u << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk size ", options.chunk_bytes, " must be a multiple of 4096 up to 1 GiB"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk size ", options.chunk_bytes,
+                                                   " must be a multiple of 4096 up to 1 GiB"));
   }
   if (options.chunks_per_request < 1) {
     return absl::InvalidArgumentError("chunks per request must be at least 1");

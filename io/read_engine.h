@@ -57,7 +57,7 @@ struct ReadResult {
   absl::Status status = absl::OkStatus();
   std::span<uint8_t> data = {};  // the requested bytes inside the caller's buffer; empty unless OK
   absl::Duration latency = absl::ZeroDuration();  // submit to delivery
-  int retries = 0;          // attempts repeated for this request (EINTR, EIO, short reads)
+  int retries = 0;  // attempts repeated for this request (EINTR, EIO, short reads)
 };
 
 struct ReadRequest {
@@ -102,7 +102,7 @@ struct EngineOptions {
   // reads into other aligned memory work too. Not owned; must outlive the engine.
   const BufferArena* arena = nullptr;
   std::shared_ptr<FaultPlan> faults = nullptr;  // tests only
-  bool notices = true;                // one-line stderr notices about fallbacks
+  bool notices = true;                          // one-line stderr notices about fallbacks
 };
 
 struct EngineStats {

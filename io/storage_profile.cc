@@ -39,8 +39,8 @@ const NamedProfile* FindNamed(const std::string& name) {
 // Splits "2.5ms" into 2.5 and "ms".
 std::optional<std::pair<double, std::string>> SplitNumber(const std::string& text) {
   size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) ||
-                               text[end] == '.')) {
+  while (end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) {
     ++end;
   }
   double value = 0;
@@ -69,13 +69,13 @@ absl::StatusOr<double> ParseBandwidth(const std::string& text) {
   std::string unit = num->second;
   if (unit.size() >= 2 && unit.substr(unit.size() - 2) == "/s") unit.resize(unit.size() - 2);
   static const std::pair<const char*, double> kUnits[] = {
-      {"B", 1},         {"KB", 1e3},          {"kB", 1e3},          {"MB", 1e6},
-      {"GB", 1e9},      {"TB", 1e12},         {"KiB", 1024.0},      {"MiB", 1048576.0},
-      {"GiB", 1073741824.0}};
+      {"B", 1},     {"KB", 1e3},     {"kB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
+      {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) return num->first * scale;
   }
-  if (unit.empty()) return absl::InvalidArgumentError("missing unit (B, KB, MB, GB, KiB, MiB, GiB)");
+  if (unit.empty())
+    return absl::InvalidArgumentError("missing unit (B, KB, MB, GB, KiB, MiB, GiB)");
   return absl::InvalidArgumentError(
       absl::StrCat("unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB or GiB, with /s)"));
 }
@@ -86,7 +86,8 @@ absl::StatusOr<double> ParseIops(const std::string& text) {
   if (num->second.empty()) return num->first;
   if (num->second == "k" || num->second == "K") return num->first * 1e3;
   if (num->second == "M") return num->first * 1e6;
-  return absl::InvalidArgumentError(absl::StrCat("unknown suffix '", num->second, "' (use k or M)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown suffix '", num->second, "' (use k or M)"));
 }
 
 absl::StatusOr<int> ParseInFlight(const std::string& text) {
@@ -146,8 +147,8 @@ absl::Status ApplyPart(const std::string& part, bool first, StorageProfile* p) {
   }
   const std::string key = KeyOf(part.substr(0, eq));
   if (key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown setting '", part.substr(0, eq),
-                                                   "' (use lat, bw, iops or qd)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown setting '", part.substr(0, eq), "' (use lat, bw, iops or qd)"));
   }
   return ApplySetting(key, part.substr(eq + 1), p);
 }

@@ -28,15 +28,14 @@
 namespace k3::io {
 
 struct StorageProfile {
-  std::string name = "direct";            // as the user wrote it (tables, JSON)
+  std::string name = "direct";                    // as the user wrote it (tables, JSON)
   absl::Duration latency = absl::ZeroDuration();  // per I/O, added after its transfer
-  double bytes_per_second = 0;            // 0: unlimited
-  double iops = 0;                        // operations (chunks) per second; 0: unlimited
-  int max_in_flight = 0;                  // requests in flight; 0: no cap beyond queue depth
+  double bytes_per_second = 0;                    // 0: unlimited
+  double iops = 0;                                // operations (chunks) per second; 0: unlimited
+  int max_in_flight = 0;  // requests in flight; 0: no cap beyond queue depth
 
   bool emulated() const {
-    return latency > absl::ZeroDuration() || bytes_per_second > 0 || iops > 0 ||
-           max_in_flight > 0;
+    return latency > absl::ZeroDuration() || bytes_per_second > 0 || iops > 0 || max_in_flight > 0;
   }
   // "lat=1.5ms,bw=400MB/s,iops=6000,qd=32" (the settings, whatever the name); "direct".
   std::string Describe() const;

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +90,8 @@ absl::Status UringBackend::Init(const UringSetup& setup) {
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (event_fd_ < 0) return absl::ErrnoToStatus(errno, "eventfd");
   // Fixed files save a file-table lookup and reference count per read; optional.
-  files_registered_ = io_uring_register_files_sparse(&ring_, static_cast<unsigned>(max_files_)) == 0;
+  files_registered_ =
+      io_uring_register_files_sparse(&ring_, static_cast<unsigned>(max_files_)) == 0;
   if (!setup.buffers.empty()) {
     ret = io_uring_register_buffers(&ring_, setup.buffers.data(),
                                     static_cast<unsigned>(setup.buffers.size()));
@@ -98,10 +99,10 @@ absl::Status UringBackend::Init(const UringSetup& setup) {
     if (ret < 0 && setup.notices) {
       uint64_t bytes = 0;
       for (const iovec& v : setup.buffers) bytes += v.iov_len;
-      NoticeOnce("register-buffers",
-                 absl::StrCat("cannot register ", bytes >> 20, " MiB of read buffers with io_uring (",
-                              std::strerror(-ret),
-                              "; raise 'ulimit -l'); reading without fixed buffers"));
+      NoticeOnce(
+          "register-buffers",
+          absl::StrCat("cannot register ", bytes >> 20, " MiB of read buffers with io_uring (",
+                       std::strerror(-ret), "; raise 'ulimit -l'); reading without fixed buffers"));
     }
   }
   return absl::OkStatus();

@@ -7,6 +7,8 @@
 # usage: bench/io/raw_vs_fio.sh MODEL_DIR [--queue-depth 1,4,16,32] [--repeat 3] [--reads 96]
 # env:   K3=path/to/k3 (default: build/apps/k3 under the repository)
 #        FIO_ENGINE=io_uring|libaio (default io_uring)
+#        FIO_BUFFERS="--fixedbufs --registerfiles" (default for io_uring; empty for plain buffers)
+#        K3_ARGS="..." extra flags for k3 bench (e.g. --nohuge-pages, --chunk-kib 1024)
 set -euo pipefail
 
 usage() {
@@ -32,6 +34,10 @@ done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 k3=${K3:-$root/build/apps/k3}
 engine=${FIO_ENGINE:-io_uring}
+# k3 reads into registered buffers; so does fio, or it pins the pages of every 17.5 MB buffer
+# per read and measures that rather than the disk (FIO_BUFFERS= to see the difference).
+fio_buffers=${FIO_BUFFERS---fixedbufs --registerfiles}
+[[ $engine == io_uring ]] || fio_buffers=${FIO_BUFFERS-}
 command -v fio >/dev/null || { echo "$0: fio is not installed (apt-get install fio)" >&2; exit 1; }
 [[ -x $k3 ]] || { echo "$0: no k3 binary at $k3 (set K3=...)" >&2; exit 1; }
 
@@ -54,11 +60,12 @@ echo "model $model: expert $expert_bytes bytes, fio block $bs, $reads reads per 
   "$repeat runs per depth, fio ioengine=$engine" >&2
 for qd in ${depths//,/ }; do
   for ((run = 1; run <= repeat; run++)); do
+    # shellcheck disable=SC2086
     "$k3" bench --raw --nofio --quiet --model "$model" --queue-depth "$qd" --repeat 1 \
-      --reads "$reads" --out-json "$work/k3-$qd-$run.json" >/dev/null
+      --reads "$reads" --out-json "$work/k3-$qd-$run.json" ${K3_ARGS:-} >/dev/null
     fio --name=raw --filename="$files" --ioengine="$engine" --direct=1 --rw=randread \
       --bs="$bs" --iodepth="$qd" --io_size="$io_size" --randrepeat=0 --norandommap \
-      --output-format=json >"$work/fio-$qd-$run.json"
+      $fio_buffers --output-format=json >"$work/fio-$qd-$run.json"
     echo "qd $qd run $run done" >&2
   done
 done

@@ -5,8 +5,53 @@
 
 #include "absl/strings/str_cat.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace k3 {
 namespace {
+
+// Debian's Abseil is not built with ThreadSanitizer, so TSan cannot see the happens-before
+// edges absl::Mutex provides and would call every access under the lock a race. Under TSan the
+// lock is annotated by hand: taking it acquires, letting it go (also to wait) releases. Waits
+// use a CondVar and re-check their condition on their own thread, under the lock, rather than
+// absl::Condition, which other threads would evaluate inside Unlock where no annotation reaches.
+void Acquired(absl::Mutex* mu) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(mu);
+#endif
+}
+void Releasing(absl::Mutex* mu) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(mu);
+#endif
+}
+
+class ABSL_SCOPED_LOCKABLE Lock {
+ public:
+  explicit Lock(absl::Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_->Lock();
+    Acquired(mu_);
+  }
+  ~Lock() ABSL_UNLOCK_FUNCTION() {
+    Releasing(mu_);
+    mu_->Unlock();
+  }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  absl::Mutex* mu_;
+};
+
+// Waits on `cv` with `mu` held; false when the deadline passed first.
+bool WaitUntil(absl::Mutex* mu, absl::CondVar* cv, absl::Time deadline) {
+  Releasing(mu);
+  const bool timed_out = cv->WaitWithDeadline(mu, deadline);
+  Acquired(mu);
+  return !timed_out;
+}
 
 bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
@@ -72,7 +117,7 @@ CacheGrant ExpertCache::GrantFor(CacheOutcome outcome, int32_t slot) const {
 
 absl::StatusOr<CacheGrant> ExpertCache::Request(const ExpertKey& key, const CacheRequest& request) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   policy_->OnRequest(key, request.kind);
   ++stats_.requests;
   const absl::Time deadline = absl::Now() + request.wait_for_slot;
@@ -85,11 +130,8 @@ absl::StatusOr<CacheGrant> ExpertCache::Request(const ExpertKey& key, const Cach
       ++stats_.rejected;
       return slot.status();
     }
-    // Wake when a slot could be freed or someone else started filling this key.
-    auto retry = [this, &key]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return index_.contains(key) || CanTakeSlot();
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&retry), deadline);
+    // A fill completing or failing, or an unpin, may have made a slot free to take.
+    WaitUntil(&mu_, &changed_, deadline);
   }
 }
 
@@ -150,12 +192,9 @@ absl::StatusOr<int32_t> ExpertCache::TakeSlot() {
   return slot;
 }
 
-bool ExpertCache::CanTakeSlot() const {
-  if (!free_.empty()) return true;
-  for (const Slot& s : slots_) {
-    if (s.state == SlotState::kReady && s.pins == 0) return true;
-  }
-  return false;
+bool ExpertCache::Filling(const ExpertKey& key) const {
+  auto it = index_.find(key);
+  return it != index_.end() && slots_[it->second].state == SlotState::kFilling;
 }
 
 absl::Status ExpertCache::NoSlotError() const {
@@ -174,18 +213,19 @@ absl::StatusOr<int32_t> ExpertCache::FindFilling(const ExpertKey& key) const {
 }
 
 absl::Status ExpertCache::MarkFilled(const ExpertKey& key) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   absl::StatusOr<int32_t> slot = FindFilling(key);
   if (!slot.ok()) return slot.status();
   slots_[*slot].state = SlotState::kReady;
   --filling_slots_;
   ++stats_.fills_completed;
   stats_.bytes_filled += options_.slot_bytes;
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::Status ExpertCache::Abandon(const ExpertKey& key) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   absl::StatusOr<int32_t> slot = FindFilling(key);
   if (!slot.ok()) return slot.status();
   policy_->OnRemove(key, RemovalCause::kAbandoned);
@@ -197,20 +237,20 @@ absl::Status ExpertCache::Abandon(const ExpertKey& key) {
   --filling_slots_;
   ++stats_.fills_abandoned;
   stats_.bytes_resident -= options_.slot_bytes;
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<CacheGrant> ExpertCache::AwaitReady(const ExpertKey& key, bool pin,
                                                    absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto settled = [this, &key]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    auto it = index_.find(key);
-    return it == index_.end() || slots_[it->second].state != SlotState::kFilling;
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("expert cache: ", key.ToString(),
-                                                    " still being filled after ",
-                                                    absl::FormatDuration(timeout)));
+  Lock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Filling(key)) {
+    if (!WaitUntil(&mu_, &changed_, deadline) && Filling(key)) {
+      return absl::DeadlineExceededError(absl::StrCat("expert cache: ", key.ToString(),
+                                                      " still being filled after ",
+                                                      absl::FormatDuration(timeout)));
+    }
   }
   auto it = index_.find(key);
   if (it == index_.end()) {
@@ -226,7 +266,7 @@ void ExpertCache::AddPin(int32_t slot) {
 }
 
 absl::Status ExpertCache::Pin(const ExpertKey& key) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end()) {
     return absl::NotFoundError(
@@ -237,29 +277,32 @@ absl::Status ExpertCache::Pin(const ExpertKey& key) {
 }
 
 absl::Status ExpertCache::Unpin(const ExpertKey& key) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   auto it = index_.find(key);
   if (it == index_.end() || slots_[it->second].pins == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("expert cache: ", key.ToString(), " is not pinned"));
   }
-  if (--slots_[it->second].pins == 0) --pinned_slots_;
+  if (--slots_[it->second].pins == 0) {
+    --pinned_slots_;
+    changed_.SignalAll();
+  }
   return absl::OkStatus();
 }
 
 std::string_view ExpertCache::policy_name() const {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   return policy_->name();
 }
 
 bool ExpertCache::Contains(const ExpertKey& key) const {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   auto it = index_.find(key);
   return it != index_.end() && slots_[it->second].state == SlotState::kReady;
 }
 
 CacheStats ExpertCache::stats() const {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   CacheStats s = stats_;
   s.pinned_slots = pinned_slots_;
   s.filling_slots = filling_slots_;
@@ -267,7 +310,7 @@ CacheStats ExpertCache::stats() const {
 }
 
 void ExpertCache::ResetStats() {
-  absl::MutexLock lock(&mu_);
+  Lock lock(&mu_);
   const CacheStats kept = stats_;
   stats_ = CacheStats{};
   stats_.slots = kept.slots;

@@ -151,7 +151,7 @@ class ExpertCache {
   // slot is pinned or being filled; Internal when the policy names a key it may not evict.
   absl::StatusOr<int32_t> TakeSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool CanTakeSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Filling(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NoSlotError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int32_t> FindFilling(const ExpertKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -163,6 +163,9 @@ class ExpertCache {
   const std::unique_ptr<io::BufferArena> arena_;
 
   mutable absl::Mutex mu_;
+  // Signalled when a fill completes or fails and when a slot's last pin goes: what waiters in
+  // Request (for a slot) and AwaitReady (for a fill) wait for.
+  absl::CondVar changed_;
   std::unique_ptr<ReplacementPolicy> policy_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> free_ ABSL_GUARDED_BY(mu_);  // stack of free slot indices

@@ -4,8 +4,13 @@
 // the next visit of l, which is Ahead(l) layers away, and then again one pass later, and so on.
 // If p is the probability that a visit of l requests the key, the expected wait is
 //     Ahead(l) / L + (1 - p) / p   passes,
-// and the policy evicts the key with the largest one (the current layer's keys already
-// requested in this visit are kept: the visit may ask for them again).
+// and the policy evicts the key with the largest one. A key the current visit already requested
+// may be requested again before the visit ends (in prefill or full recompute several tokens
+// share experts; in incremental decoding a token's top-k are distinct); with q the learned
+// probability of such a repeat, its expected wait is (1 - q) (1 + (1 - p') / p'), p' being its
+// probability at the next visit. q is learned the same way, by how many times the key has been
+// requested so far in this visit compared with how many times in its previous visit (in full
+// recompute the same tokens ask for it again, so a key short of its previous count comes back).
 //
 // p is learned online from the workload rather than assumed: every key is described by two
 // small numbers, its age (visits of its layer since it was last requested, log2 buckets) and
@@ -15,7 +20,8 @@
 //   full-recompute traces: every key of the previous pass comes back (age 1 -> p ~ 1), so the
 //     order reduces to the layer distance and the cache keeps a stable set, as Belady does;
 //   incremental decoding with skewed routing: the count bucket predicts reuse (LFU-like);
-//   incremental decoding with token-to-token correlation: age 1 predicts reuse (LRU-like).
+//   incremental decoding with token-to-token correlation: age 1 predicts reuse (LRU-like);
+//   and q is near 1 when tokens of a visit share experts, 0 when a visit is a single token.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -43,6 +49,13 @@ constexpr double kCellPrior = 1.0;
 // When this many exposures have been counted, all cells are halved: the table follows a
 // workload that changes (a new conversation, another language) instead of averaging forever.
 constexpr double kTableMemory = 1 << 20;
+// Repeat classes: a key new to its layer, requested once or more so far in the visit (2), or
+// with a previous visit, by (requests in the previous visit - requests so far) in -3..4 (8).
+constexpr int kRepeatClasses = 10;
+// Weight (in observations) of the initial belief that a key is requested again within its
+// visit: until the workload shows otherwise the current visit's keys are kept, as a
+// conventional cache would keep them.
+constexpr double kRepeatPrior = 1.0;
 
 class LayerReusePolicy final : public ReplacementPolicy {
  public:
@@ -55,7 +68,7 @@ class LayerReusePolicy final : public ReplacementPolicy {
     const bool new_visit = pos_.Observe(key, kind);
     if (kind != RequestKind::kDemand) return;  // a guess teaches the model nothing
     if (new_visit) {
-      candidates_.erase(previous);  // its keys are no longer protected
+      candidates_.erase(previous);  // its keys are no longer in the current visit
       StartVisit(key.layer);
     }
     candidates_.erase(key.layer);
@@ -74,16 +87,14 @@ class LayerReusePolicy final : public ReplacementPolicy {
     std::optional<ExpertKey> victim;
     double worst = -std::numeric_limits<double>::infinity();
     for (const auto& [id, keys] : residents_.all()) {
-      std::optional<Candidate> c = LayerCandidate(id, keys, evictable);
-      if (!c) continue;
-      const double wait = static_cast<double>(pos_.Ahead(id)) / pos_.span() + (1 - c->p) / c->p;
-      if (!victim || wait > worst) {
+      std::optional<Candidate> c = id == pos_.current() ? CurrentLayerCandidate(keys, evictable)
+                                                        : LayerCandidate(id, keys, evictable);
+      if (c && (!victim || c->wait > worst)) {
         victim = c->key;
-        worst = wait;
+        worst = c->wait;
       }
     }
-    if (victim) return victim;
-    return residents_.LeastRecent(evictable);  // only keys the current visit requested remain
+    return victim;
   }
 
  private:
@@ -91,7 +102,9 @@ class LayerReusePolicy final : public ReplacementPolicy {
     int64_t last_visit = 0;  // visit of its layer that last requested it
     double count = 0;        // decayed requests (one per visit), as of count_visit
     int64_t count_visit = 0;
-    int64_t exposed_visit = -1;  // visit at whose start it was counted in cell
+    int64_t exposed_visit = -1;      // visit at whose start it was counted in cell
+    int32_t visit_requests = 0;      // requests in last_visit
+    int32_t previous_requests = -1;  // requests in the visit before that (-1: none)
     int cell = 0;
     int64_t tick = 0;  // last request, for ties
   };
@@ -101,8 +114,9 @@ class LayerReusePolicy final : public ReplacementPolicy {
   };
   struct Candidate {
     ExpertKey key;
-    double p = 1;
-    int64_t tick = 0;
+    double p = 1;      // reuse probability at the next visit of its layer
+    int64_t tick = 0;  // last request
+    double wait = 0;   // expected passes until its next request
   };
 
   // The cell of a key at the start of `visit` of its layer.
@@ -138,9 +152,19 @@ class LayerReusePolicy final : public ReplacementPolicy {
     if (fresh) {
       known_[key.layer].push_back(key);
       s = {.last_visit = visit, .count = 1, .count_visit = visit, .tick = tick_};
+      s.visit_requests = 1;
+      repeats_[RepeatClass(s)].exposures += 1;
       return;
     }
-    if (s.last_visit == visit) return;  // requested earlier in this visit
+    if (s.last_visit == visit) {  // requested earlier in this visit: a repeat
+      repeats_[RepeatClass(s)].hits += 1;
+      s.visit_requests += 1;
+      repeats_[RepeatClass(s)].exposures += 1;
+      return;
+    }
+    s.previous_requests = s.visit_requests;
+    s.visit_requests = 1;
+    repeats_[RepeatClass(s)].exposures += 1;
     if (s.exposed_visit == visit) table_[s.cell].hits += 1;
     s.count = s.count * std::pow(kCountDecay, static_cast<double>(visit - s.count_visit)) + 1;
     s.count_visit = visit;
@@ -163,47 +187,88 @@ class LayerReusePolicy final : public ReplacementPolicy {
       for (Cell& c : table_) c = {c.exposures / 2, c.hits / 2};
       exposures_ /= 2;
     }
+    double repeat_exposures = 0;
+    for (const Cell& c : repeats_) repeat_exposures += c.exposures;
+    if (repeat_exposures > kTableMemory) {
+      for (Cell& c : repeats_) c = {c.exposures / 2, c.hits / 2};
+    }
     candidates_.clear();
   }
 
-  bool Protected(const ExpertKey& key, const KeyState& s) const {
-    return key.layer == pos_.current() && s.last_visit == pos_.visits(key.layer);
+  static int RepeatClass(const KeyState& s) {
+    if (s.previous_requests < 0) return s.visit_requests <= 1 ? 0 : 1;
+    return 2 + std::clamp(s.previous_requests - s.visit_requests, -3, 4) + 3;
+  }
+  // Probability that a key the current visit requested is requested again in the same visit.
+  double RepeatProbability(const KeyState& s) const {
+    const Cell& c = repeats_[RepeatClass(s)];
+    return (c.hits + kRepeatPrior) / (c.exposures + kRepeatPrior);
   }
 
-  // Probability that the next visit of the key's layer (the current visit, for the current
-  // layer) requests it.
-  double ReuseProbability(const ExpertKey& key, const KeyState& s) const {
-    const int64_t visits = pos_.visits(key.layer);
-    return p_[CellAt(s, key.layer == pos_.current() ? visits : visits + 1)];
-  }
-
-  // The layer's key least likely to be reused (the most recently requested among equals), among
-  // the evictable unprotected ones. Cached per layer until a request, insert or removal in that
-  // layer or a refresh; not cached when the predicate turned a key down.
+  // The layer's key least likely to be requested at the layer's next visit (the most recently
+  // requested among equals). The estimates of a layer the pass is not in change only with a
+  // request, insert or removal in that layer or a refresh, so the choice is cached until then;
+  // not when the predicate turned a key down.
   std::optional<Candidate> LayerCandidate(int32_t id, const LayerResidents::Layer& keys,
                                           EvictablePredicate evictable) {
-    if (auto it = candidates_.find(id); it != candidates_.end() && evictable(it->second.key)) {
-      return it->second;
-    }
     std::optional<Candidate> best;
-    bool skipped = false;
-    for (const auto& [key, unused] : keys) {
-      auto st = stats_.find(key);
-      const KeyState none;
-      const KeyState& s = st == stats_.end() ? none : st->second;
-      if (st != stats_.end() && Protected(key, s)) continue;
-      if (!evictable(key)) {
-        skipped = true;
-        continue;
+    if (auto it = candidates_.find(id); it != candidates_.end() && evictable(it->second.key)) {
+      best = it->second;
+    } else {
+      bool skipped = false;
+      const int64_t next_visit = pos_.visits(id) + 1;
+      for (const auto& [key, unused] : keys) {
+        if (!evictable(key)) {
+          skipped = true;
+          continue;
+        }
+        const KeyState& s = State(key);
+        const double p = Probability(s, next_visit);
+        if (!best || p < best->p || (p == best->p && s.tick > best->tick)) {
+          best = Candidate{key, p, s.tick, 0};
+        }
       }
-      // A key only ever prefetched has no history: it gets the table-wide average.
-      const double p = st == stats_.end() ? p_average_ : ReuseProbability(key, s);
-      if (!best || p < best->p || (p == best->p && s.tick > best->tick)) {
-        best = Candidate{key, p, s.tick};
+      if (!best) return std::nullopt;
+      if (!skipped) candidates_[id] = *best;
+    }
+    const double ahead = static_cast<double>(pos_.Ahead(id)) / pos_.span();
+    best->wait = ahead + (1 - best->p) / best->p;
+    return best;
+  }
+
+  // In the layer the pass is in: keys this visit requested may come back before it ends (the
+  // repeat probability q), the others may still be requested in it.
+  std::optional<Candidate> CurrentLayerCandidate(const LayerResidents::Layer& keys,
+                                                 EvictablePredicate evictable) const {
+    const int64_t visit = pos_.visits(pos_.current());
+    std::optional<Candidate> best;
+    for (const auto& [key, unused] : keys) {
+      if (!evictable(key)) continue;
+      const KeyState& s = State(key);
+      double wait;
+      if (s.last_visit == visit) {
+        const double p_next = Probability(s, visit + 1);
+        wait = (1 - RepeatProbability(s)) * (1 + (1 - p_next) / p_next);
+      } else {
+        const double p = Probability(s, visit);
+        wait = (1 - p) / p;
+      }
+      if (!best || wait > best->wait || (wait == best->wait && s.tick < best->tick)) {
+        best = Candidate{key, 0, s.tick, wait};
       }
     }
-    if (best && !skipped) candidates_[id] = *best;
     return best;
+  }
+
+  const KeyState& State(const ExpertKey& key) const {
+    static const KeyState kNone = {.last_visit = -1};  // only ever prefetched: no history
+    auto it = stats_.find(key);
+    return it == stats_.end() ? kNone : it->second;
+  }
+  // The key's reuse probability at `visit` of its layer: its cell's, or the table-wide
+  // average for a key without history.
+  double Probability(const KeyState& s, int64_t visit) const {
+    return s.last_visit < 0 ? p_average_ : p_[CellAt(s, visit)];
   }
 
   PassPosition pos_;
@@ -215,6 +280,7 @@ class LayerReusePolicy final : public ReplacementPolicy {
   std::array<double, kCells> p_ = {};
   double p_average_ = 1.0;
   int64_t visits_since_refresh_ = 0;
+  std::array<Cell, kRepeatClasses> repeats_ = {};  // requested again within the visit?
   LayerResidents residents_;
   absl::flat_hash_map<int32_t, Candidate> candidates_;
 };

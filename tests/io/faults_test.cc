@@ -156,8 +156,8 @@ TEST_P(FaultsTest, SlowReadsArriveLateButRight) {
   const absl::Time start = absl::Now();
   ReadId ids[4];
   for (int i = 0; i < 4; ++i) {
-    auto id = engine->Submit(
-        MakeRequest(*f, i * 200000 + 1, 150000, arena_->Slice(i * 262144, 262144)));
+    auto id =
+        engine->Submit(MakeRequest(*f, i * 200000 + 1, 150000, arena_->Slice(i * 262144, 262144)));
     ASSERT_TRUE(id.ok());
     ids[i] = *id;
   }

@@ -26,7 +26,8 @@ inline TestFile MakeFile(const std::string& path, size_t size, uint64_t seed = 1
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < size; i += 8) {
     const uint64_t v = rng();
-    for (size_t j = 0; j < 8 && i + j < size; ++j) f.bytes[i + j] = static_cast<uint8_t>(v >> (8 * j));
+    for (size_t j = 0; j < 8 && i + j < size; ++j)
+      f.bytes[i + j] = static_cast<uint8_t>(v >> (8 * j));
   }
   absl::Status s = WriteFileAtomically(
       path, std::string_view(reinterpret_cast<const char*>(f.bytes.data()), f.bytes.size()));
@@ -41,8 +42,8 @@ inline std::unique_ptr<BufferArena> MakeArena(size_t bytes) {
 }
 
 inline ReadRequest MakeRequest(FileId file, uint64_t offset, uint64_t length,
-                               std::span<uint8_t> buffer,
-                               Priority priority = Priority::kDemand, uint64_t user_data = 0) {
+                               std::span<uint8_t> buffer, Priority priority = Priority::kDemand,
+                               uint64_t user_data = 0) {
   ReadRequest r;
   r.file = file;
   r.offset = offset;
@@ -71,12 +72,12 @@ inline std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
 }
 
 // Creates an engine or skips the test when io_uring is not available on this machine.
-#define K3_CREATE_ENGINE_OR_SKIP(var, options)                                  \
-  auto var##_or = ::k3::io::ReadEngine::Create(options);                        \
-  if (!var##_or.ok() && (options).backend == ::k3::io::Backend::kUring) {       \
-    GTEST_SKIP() << "io_uring unavailable: " << var##_or.status();              \
-  }                                                                             \
-  ASSERT_TRUE(var##_or.ok()) << var##_or.status();                              \
+#define K3_CREATE_ENGINE_OR_SKIP(var, options)                            \
+  auto var##_or = ::k3::io::ReadEngine::Create(options);                  \
+  if (!var##_or.ok() && (options).backend == ::k3::io::Backend::kUring) { \
+    GTEST_SKIP() << "io_uring unavailable: " << var##_or.status();        \
+  }                                                                       \
+  ASSERT_TRUE(var##_or.ok()) << var##_or.status();                        \
   std::unique_ptr<::k3::io::ReadEngine> var = *std::move(var##_or)
 
 }  // namespace k3::io::testing

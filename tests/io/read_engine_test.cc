@@ -49,8 +49,8 @@ TEST_P(ReadEngineTest, ArbitraryRangesMatchTheFile) {
     const uint64_t length = 1 + rng() % (kSlot - 8192);
     const uint64_t offset = rng() % (kFileBytes - length + 1);
     ranges[i] = {offset, length};
-    auto id = engine->Submit(MakeRequest(*f, offset, length, arena->Slice(i * kSlot, kSlot),
-                                         Priority::kDemand, i));
+    auto id = engine->Submit(
+        MakeRequest(*f, offset, length, arena->Slice(i * kSlot, kSlot), Priority::kDemand, i));
     ASSERT_TRUE(id.ok()) << id.status();
   }
   for (int i = 0; i < kReads; ++i) {
@@ -124,8 +124,9 @@ TEST_P(ReadEngineTest, QueueDepthBoundsRequestsInFlight) {
     ASSERT_TRUE(f.ok());
     auto arena = MakeArena(32 * 8192);
     for (int i = 0; i < 32; ++i) {
-      ASSERT_TRUE(engine->Submit(MakeRequest(*f, i * 1000, 4000, arena->Slice(i * 8192, 8192),
-                                             Priority::kDemand, i))
+      ASSERT_TRUE(engine
+                      ->Submit(MakeRequest(*f, i * 1000, 4000, arena->Slice(i * 8192, 8192),
+                                           Priority::kDemand, i))
                       .ok());
     }
     for (int i = 0; i < 32; ++i) {
@@ -162,7 +163,9 @@ TEST_P(ReadEngineTest, DemandJumpsAheadOfQueuedPrefetches) {
     order.push_back(r->user_data);
   }
   // The first prefetch may already be in flight; nothing else may overtake demand and trunk.
-  const auto pos = [&](uint64_t id) { return std::find(order.begin(), order.end(), id) - order.begin(); };
+  const auto pos = [&](uint64_t id) {
+    return std::find(order.begin(), order.end(), id) - order.begin();
+  };
   EXPECT_LE(pos(6), 1) << "demand";
   EXPECT_EQ(pos(5), pos(6) + 1) << "trunk right after demand";
   EXPECT_EQ(engine->stats().peak_requests_in_flight, 1);
@@ -209,7 +212,7 @@ TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
   }
   absl::SleepFor(absl::Milliseconds(5));  // the first is in flight now
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(engine->Cancel(ids[2]));     // queued: done at once
+  EXPECT_TRUE(engine->Cancel(ids[2]));  // queued: done at once
   ReadResult queued = engine->Wait(ids[2]);
   EXPECT_EQ(queued.status.code(), absl::StatusCode::kCancelled);
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(10));
@@ -261,8 +264,8 @@ TEST_P(ReadEngineTest, CallbacksRunOnAnEngineThread) {
   std::vector<ReadResult> results;
   std::vector<std::thread::id> threads;
   for (int i = 0; i < 16; ++i) {
-    ReadRequest r = MakeRequest(*f, i * 50000 + 3, 50000, arena->Slice(i * 65536, 65536),
-                                Priority::kDemand, i);
+    ReadRequest r =
+        MakeRequest(*f, i * 50000 + 3, 50000, arena->Slice(i * 65536, 65536), Priority::kDemand, i);
     r.on_complete = [&](ReadResult result) {
       absl::MutexLock lock(&mu);
       results.push_back(std::move(result));
@@ -276,7 +279,8 @@ TEST_P(ReadEngineTest, CallbacksRunOnAnEngineThread) {
     }
   }
   absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(+[](std::vector<ReadResult>* v) { return v->size() == 16; }, &results));
+  mu.Await(absl::Condition(
+      +[](std::vector<ReadResult>* v) { return v->size() == 16; }, &results));
   for (const ReadResult& r : results) {
     ASSERT_TRUE(r.status.ok());
     EXPECT_TRUE(SameBytes(file_, r.user_data * 50000 + 3, r.data));
@@ -378,8 +382,7 @@ TEST_P(ReadEngineTest, ShutdownWithReadsInFlightCancelsThem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReadEngineTest,
-                         ::testing::Values(Backend::kUring, Backend::kPread),
-                         testing::BackendName);
+                         ::testing::Values(Backend::kUring, Backend::kPread), testing::BackendName);
 
 }  // namespace
 }  // namespace k3::io

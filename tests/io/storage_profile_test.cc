@@ -101,8 +101,8 @@ TEST(StorageProfileTest, ErrorsNameTheBadPart) {
 TEST(StorageProfileTest, ListFlagValuesGroupIntoProfiles) {
   // What --storage-profile direct,lat=2ms,bw=1GB/s,lat=5ms,network,sata arrives as: a name
   // stands alone, settings gather until one repeats.
-  auto list = ParseStorageProfileList({"direct", "lat=2ms", "bw=1GB/s", "lat=5ms", "network",
-                                       "sata"});
+  auto list =
+      ParseStorageProfileList({"direct", "lat=2ms", "bw=1GB/s", "lat=5ms", "network", "sata"});
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 5u);
   EXPECT_EQ((*list)[0].name, "direct");
@@ -120,7 +120,9 @@ TEST(StorageEmulatorTest, ScheduleFollowsIopsBandwidthAndLatency) {
   p.iops = 1000;
   StorageEmulator emu(p);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  auto us_after = [](absl::Time t, absl::Time base) { return absl::ToDoubleMicroseconds(t - base); };
+  auto us_after = [](absl::Time t, absl::Time base) {
+    return absl::ToDoubleMicroseconds(t - base);
+  };
   // 1 MB at 100 MB/s: 10 ms of transfer, then 1 ms of latency.
   EXPECT_NEAR(us_after(emu.Schedule(t0, 1000000), t0), 11000, 0.01);
   // Issued at the same time: waits for the pipe (bandwidth), not only for its IOPS slot.
@@ -160,11 +162,11 @@ class ProfileAccuracyTest : public ::testing::Test {
     int submitted = 0;
     auto submit = [&](int slot) {
       const uint64_t offset = (submitted++ * bytes) % (kFileBytes - bytes);
-      EXPECT_TRUE(engine
-                      .Submit(MakeRequest(*f, offset / 4096 * 4096, bytes,
-                                          arena->Slice(slot * bytes, bytes), Priority::kDemand,
-                                          slot))
-                      .ok());
+      EXPECT_TRUE(
+          engine
+              .Submit(MakeRequest(*f, offset / 4096 * 4096, bytes,
+                                  arena->Slice(slot * bytes, bytes), Priority::kDemand, slot))
+              .ok());
     };
     for (int slot = 0; slot < depth; ++slot) submit(slot);
     for (int done = 0; done < count; ++done) {
@@ -217,10 +219,9 @@ TEST_F(ProfileAccuracyTest, InFlightCapMakesThroughputLatencyBound) {
   auto arena = MakeArena(80 * 65536);
   const absl::Time start = absl::Now();
   for (int i = 0; i < 80; ++i) {
-    ASSERT_TRUE(engine
-                    ->Submit(MakeRequest(*f, (i % 64) * 65536, 65536,
-                                         arena->Slice(i * 65536, 65536)))
-                    .ok());
+    ASSERT_TRUE(
+        engine->Submit(MakeRequest(*f, (i % 64) * 65536, 65536, arena->Slice(i * 65536, 65536)))
+            .ok());
   }
   for (int done = 0; done < 80; ++done) {
     auto r = engine->WaitAny();

@@ -83,9 +83,9 @@ TEST(PolicyTest, CyclicScanLargerThanTheCache) {
 
 // Forward passes over 4 layers x 3 experts (12 keys) with 8 slots: LRU misses everything;
 // Belady keeps a stable set and misses 4 keys per pass after the first. The layer-aware
-// policies do the same but for one hit per pass: they keep the current layer's keys, which its
-// visit may request again (in real traces several tokens share experts), and Belady knows it
-// will not.
+// policies do the same but for up to one hit per pass: they keep the current layer's keys,
+// which its visit may request again (in real traces several tokens share experts), and Belady
+// knows it will not (layer-reuse learns it).
 TEST(PolicyTest, LayerAwarePoliciesMatchBeladyOnForwardPasses) {
   std::vector<ExpertKey> trace;
   for (int pass = 0; pass < 6; ++pass) {
@@ -97,23 +97,32 @@ TEST(PolicyTest, LayerAwarePoliciesMatchBeladyOnForwardPasses) {
   EXPECT_EQ(optimal, 5u * 8u);
   EXPECT_EQ(Hits(trace, "lru", 8), 0u);
   for (const char* policy : {"layer-mru", "layer-lfu", "layer-freq", "layer-reuse"}) {
-    EXPECT_EQ(Hits(trace, policy, 8), optimal - 5) << policy;
+    EXPECT_GE(Hits(trace, policy, 8), optimal - 5) << policy;
   }
 }
 
 // Reuse inside a layer (several tokens choosing the same expert in one visit) must not be
-// lost: the layer-aware policies keep the current layer's experts.
-TEST(PolicyTest, LayerAwarePoliciesKeepTheCurrentLayer) {
+// lost: the layer-aware policies keep the current layer's experts. layer-reuse does once it has
+// seen that they come back: it may lose a few hits while it learns, none afterwards.
+std::vector<ExpertKey> SharedExpertTrace(int layers) {
   std::vector<ExpertKey> trace;
-  for (int layer = 1; layer <= 3; ++layer) {
+  for (int layer = 1; layer <= layers; ++layer) {
     for (int token = 0; token < 4; ++token) {
       trace.push_back({layer, 0});
       trace.push_back({layer, 1 + token});  // a new expert per token
     }
   }
-  for (const char* policy : {"layer-mru", "layer-lfu", "layer-freq", "layer-reuse"}) {
-    EXPECT_EQ(Hits(trace, policy, 2), 3u * 3u) << policy;  // expert 0 hits 3 times per layer
+  return trace;
+}
+
+TEST(PolicyTest, LayerAwarePoliciesKeepTheCurrentLayer) {
+  const auto trace = SharedExpertTrace(10);
+  for (const char* policy : {"layer-mru", "layer-lfu", "layer-freq"}) {
+    EXPECT_EQ(Hits(trace, policy, 2), 3u * 10) << policy;  // expert 0: 3 hits per layer
   }
+  const uint64_t learning = Hits(trace, "layer-reuse", 2);
+  EXPECT_GE(learning, 3u * 10 - 3);
+  EXPECT_EQ(Hits(SharedExpertTrace(20), "layer-reuse", 2), learning + 3u * 10);
 }
 
 // A hot set requested every round between one-time scans larger than the cache: LRU loses
@@ -187,6 +196,59 @@ TEST(PolicyTest, VictimsRespectThePredicate) {
     auto any = (*policy)->ChooseVictim([](const ExpertKey&) { return true; });
     ASSERT_TRUE(any.has_value());
     EXPECT_NE(std::find(resident.begin(), resident.end(), *any), resident.end());
+  }
+}
+
+// Incremental decoding in miniature (8 layers, 64 experts, top-4 per token, skewed popularity,
+// each expert of the previous token kept with probability rho): a cache of half a pass gets
+// nothing from LRU, and the default policy must stay close to the best online policy whether
+// frequency (rho = 0) or recency (rho = 0.4) predicts reuse.
+std::vector<ExpertKey> DecodeTrace(double rho, uint32_t seed) {
+  constexpr int kLayers = 8, kExperts = 64, kTopK = 4, kTokens = 600;
+  std::mt19937 rng(seed);
+  std::vector<std::vector<double>> weights(kLayers, std::vector<double>(kExperts));
+  for (auto& w : weights) {
+    for (int e = 0; e < kExperts; ++e) w[e] = 1.0 / (1 + (e * 37 + rng() % 7) % kExperts);
+  }
+  std::vector<std::vector<int>> previous(kLayers);
+  std::vector<ExpertKey> trace;
+  for (int t = 0; t < kTokens; ++t) {
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<int> chosen;
+      for (int e : previous[l]) {
+        if (std::uniform_real_distribution<double>(0, 1)(rng) < rho) chosen.push_back(e);
+      }
+      std::vector<double> w = weights[l];
+      for (int e : chosen) w[e] = 0;
+      while (static_cast<int>(chosen.size()) < kTopK) {
+        const int e = std::discrete_distribution<int>(w.begin(), w.end())(rng);
+        chosen.push_back(e);
+        w[e] = 0;
+      }
+      previous[l] = chosen;
+      for (int e : chosen) trace.push_back({l + 1, e});
+    }
+  }
+  return trace;
+}
+
+TEST(PolicyTest, DefaultPolicyOnIncrementalDecoding) {
+  for (double rho : {0.0, 0.4}) {
+    const auto trace = DecodeTrace(rho, 11);
+    const int64_t slots = 16;  // half of the 32 experts a token touches
+    uint64_t best = 0;
+    std::string best_name;
+    for (const std::string& policy : PolicyNames()) {
+      if (policy == "belady") continue;
+      const uint64_t h = Hits(trace, policy, slots);
+      if (h > best) {
+        best = h;
+        best_name = policy;
+      }
+    }
+    EXPECT_EQ(Hits(trace, "lru", slots), 0u);
+    EXPECT_GE(Hits(trace, kDefaultPolicy, slots), 0.9 * best)
+        << "rho " << rho << ": best is " << best_name;
   }
 }
 
