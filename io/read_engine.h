@@ -80,12 +80,15 @@ struct EngineOptions {
   // Requests (whole reads: one expert, one trunk tensor) in flight at once.
   int queue_depth = 32;
   // Reads are split into chunks of this size (a multiple of 4 KiB), issued as separate
-  // operations so a long read keeps several device queues busy and a demand read waits for at
-  // most one chunk of a prefetch, not the whole of it.
+  // operations: a demand read waits for at most one chunk of a prefetch rather than all of it,
+  // and a short read or an error costs one chunk. 4 MiB is the largest single request of common
+  // NVMe and virtio disks (max_sectors_kb); 1 MiB to unsplit measured the same on the bench
+  // machine (docs/PERFORMANCE.md).
   uint64_t chunk_bytes = 4 << 20;
   // Chunks of one request in flight at once (so one long read cannot take every slot).
   int chunks_per_request = 8;
-  // Prefetch requests in flight at once; 0 means max(1, queue_depth / 2).
+  // Prefetch requests in flight at once; 0 means half the depth (at least 1), so demand reads
+  // always find a free slot once the depth is 2 or more.
   int max_prefetch_in_flight = 0;
   // kAuto: io_uring, or pread threads with a notice when io_uring cannot be set up. The
   // environment variable K3_IO_BACKEND=pread (or uring) overrides kAuto.

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -42,11 +43,11 @@ class UringBackend : public Backend {
   void Start(ChunkSource* source) override {
     source_ = source;
     thread_ = std::thread([this] { Loop(); });
-    loop_id_ = thread_.get_id();
+    loop_id_.store(thread_.get_id());
   }
   void Wake() override {
     // The loop re-reads the scheduler after every completion, so it never needs to wake itself.
-    if (std::this_thread::get_id() == loop_id_) return;
+    if (std::this_thread::get_id() == loop_id_.load()) return;
     const uint64_t one = 1;
     ssize_t n = ::write(event_fd_, &one, sizeof(one));
     (void)n;  // EAGAIN means the counter is already non-zero: the loop will wake anyway
@@ -62,6 +63,7 @@ class UringBackend : public Backend {
 
  private:
   void Loop();
+  io_uring_sqe* NextSqe();
   void ArmWake();
   void Prepare(Chunk* c);
   void Reap();
@@ -76,7 +78,7 @@ class UringBackend : public Backend {
   int next_slot_ = 0;  // guarded by the engine's lock (RegisterFile is called under it)
   ChunkSource* source_ = nullptr;
   std::thread thread_;
-  std::thread::id loop_id_;
+  std::atomic<std::thread::id> loop_id_;
   size_t in_flight_ = 0;  // loop thread only
   std::vector<std::pair<Chunk*, int>> reaped_;
 };
@@ -116,14 +118,22 @@ int UringBackend::RegisterFile(int fd) {
   return slot;
 }
 
+// The ring has a slot for every chunk in flight plus the poll, and everything prepared is
+// submitted before the next batch, so this loops only if an earlier submit failed (EAGAIN).
+io_uring_sqe* UringBackend::NextSqe() {
+  io_uring_sqe* sqe;
+  while ((sqe = io_uring_get_sqe(&ring_)) == nullptr) io_uring_submit(&ring_);
+  return sqe;
+}
+
 void UringBackend::ArmWake() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  io_uring_sqe* sqe = NextSqe();
   io_uring_prep_poll_add(sqe, event_fd_, POLLIN);
   io_uring_sqe_set_data64(sqe, kWakeTag);
 }
 
 void UringBackend::Prepare(Chunk* c) {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: in_flight_ < capacity_ < entries
+  io_uring_sqe* sqe = NextSqe();
   const int fd = c->file_slot >= 0 ? c->file_slot : c->fd;
   if (c->buf_index >= 0) {
     io_uring_prep_read_fixed(sqe, fd, c->dest, c->length, c->file_offset, c->buf_index);

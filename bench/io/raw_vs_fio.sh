@@ -63,6 +63,7 @@ for qd in ${depths//,/ }; do
     # shellcheck disable=SC2086
     "$k3" bench --raw --nofio --quiet --model "$model" --queue-depth "$qd" --repeat 1 \
       --reads "$reads" --out-json "$work/k3-$qd-$run.json" ${K3_ARGS:-} >/dev/null
+    # shellcheck disable=SC2086  # $fio_buffers is a list of flags
     fio --name=raw --filename="$files" --ioengine="$engine" --direct=1 --rw=randread \
       --bs="$bs" --iodepth="$qd" --io_size="$io_size" --randrepeat=0 --norandommap \
       $fio_buffers --output-format=json >"$work/fio-$qd-$run.json"

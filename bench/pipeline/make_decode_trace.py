@@ -15,8 +15,8 @@ Output: little-endian int32 pairs (layer, expert), layers 1..L in order for ever
 Only the standard library; the same arguments give the same bytes.
 
   python3 bench/pipeline/make_decode_trace.py --tokens 300 --zipf 0.8 --rho 0 --seed 1 \\
-      --out /tmp/zipf08.bin
-  k3 cache-sim --trace /tmp/zipf08.bin --capacity-gb 8,16,32,64,128 --policy all
+      --out zipf08.bin
+  k3 cache-sim --trace zipf08.bin --capacity-gb 8,16,32,64,128 --policy all
 """
 import argparse
 import bisect

@@ -12,7 +12,8 @@
 // slot, if asked to), never by evicting a pinned slot.
 //
 // Memory: one io::BufferArena allocated up front (slots x slot stride, 4 KiB-aligned so O_DIRECT
-// reads and io_uring fixed buffers can target the slots directly); no allocation per request.
+// reads and io_uring fixed buffers can target the slots directly); the cache allocates nothing
+// per request (the policy's small bookkeeping aside).
 // Thread-safe: I/O completions and compute threads may call it concurrently.
 #pragma once
 

@@ -61,14 +61,15 @@ struct PolicyOptions {
   std::span<const ExpertKey> future = {};
 };
 
-// The engine's default, chosen by replaying the recorded Kimi K3 trace and synthetic
-// incremental-decode traces (docs/CACHE.md has the tables). On the recorded trace LRU gets no
-// reuse across forward passes (36.2 % at 8-64 GB) while layer-reuse reaches 98-99.9 % of
-// Belady's hit rate at 8-128 GB; on incremental decoding it is the best or within a point of
-// the best online policy in every case tried (skewed routing, where frequency matters, and
-// token-to-token correlation, where recency does), because it learns which of the two
-// predicts reuse instead of assuming one. layer-mru and layer-lfu match it on the recorded
-// trace but collapse or fall behind LRU on incremental decoding.
+// The engine's default, chosen by replaying the recorded Kimi K3 trace and five synthetic
+// incremental-decode traces (docs/CACHE.md has every table). On the recorded trace LRU gets no
+// reuse across forward passes (36.2 % at 8-64 GB); layer-reuse reaches 97-99.9 % of Belady's
+// hit rate at 8-128 GB. On incremental decoding it is the best online policy in 19 of 25 cases
+// and within a point of the best in the others, because it learns whether frequency (skewed
+// routing) or recency (token-to-token correlation) predicts reuse instead of assuming one.
+// layer-mru and layer-lfu match it on the recorded trace but collapse (layer-mru) or fall far
+// behind where recency matters (layer-lfu) on incremental decoding; the classic policies get
+// nothing while the cache is smaller than one pass.
 inline constexpr std::string_view kDefaultPolicy = "layer-reuse";
 
 // Every policy name MakePolicy accepts, in the order the simulator lists them.

@@ -175,7 +175,7 @@ TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
   EngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 4;  // at most 2 prefetches in flight
   o.faults = std::make_shared<FaultPlan>();
-  o.faults->Slow(absl::Milliseconds(30));
+  o.faults->Slow(absl::Milliseconds(50));
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
   auto f = engine->OpenFile(file_.path);
   ASSERT_TRUE(f.ok());
@@ -189,8 +189,8 @@ TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
   const absl::Time start = absl::Now();
   auto demand = engine->Read(MakeRequest(*f, 0, 100, arena->Slice(8 * 8192, 8192)));
   ASSERT_TRUE(demand.ok());
-  // Admitted at once next to the two prefetches: one slow read, not three rounds of them.
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(55));
+  // Admitted at once next to the two prefetches: one slow read (50 ms), not two or more.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(85));
 }
 
 TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
@@ -198,7 +198,7 @@ TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
   o.queue_depth = 1;
   o.max_prefetch_in_flight = 1;
   o.faults = std::make_shared<FaultPlan>();
-  o.faults->Slow(absl::Milliseconds(20));
+  o.faults->Slow(absl::Milliseconds(100));  // long enough to cancel it in flight
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
   auto f = engine->OpenFile(file_.path);
   ASSERT_TRUE(f.ok());
@@ -215,7 +215,7 @@ TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
   EXPECT_TRUE(engine->Cancel(ids[2]));  // queued: done at once
   ReadResult queued = engine->Wait(ids[2]);
   EXPECT_EQ(queued.status.code(), absl::StatusCode::kCancelled);
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(50));  // not after the one in flight
   EXPECT_TRUE(engine->Cancel(ids[0]));  // in flight: completes when its chunk lands
   EXPECT_EQ(engine->Wait(ids[0]).status.code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(engine->Wait(ids[1]).status.ok());
