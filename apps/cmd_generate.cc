@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -263,11 +264,14 @@ int RunGenerate(const std::vector<std::string>& positional) {
 
   const int threads = threads_flag > 0 ? threads_flag : tbb::info::default_concurrency();
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
-  ProgressBar bar("loading trunk", 1, "B", ShowProgress());
+  // One bar for the whole load (made on the first report, when the total is known); small
+  // trunks load too fast to need one.
+  std::optional<ProgressBar> bar;
   auto trunk = LoadTrunkWeights(**ckpt, [&](uint64_t done, uint64_t total) {
-    bar = ProgressBar("loading trunk", total, "B", ShowProgress() && total > (256u << 20));
-    bar.Update(done);
+    if (!bar) bar.emplace("loading trunk", total, "B", ShowProgress() && total > (256u << 20));
+    bar->Update(done);
   });
+  if (bar) bar->Finish();
   if (!trunk.ok()) return ReportError(kName, trunk.status());
   CheckpointExpertProvider provider(**ckpt);
   Model model(config, **trunk, provider);
