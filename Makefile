@@ -3,7 +3,28 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 K3 := $(BUILD)/apps/k3
 
-.PHONY: all deps configure build run test clean format
+# The sanitizer and fuzz builds live beside the normal one (docs/RELIABILITY.md). -O1 keeps
+# them quick to compile and still fast enough to run; assertions stay on.
+ASAN_BUILD ?= $(BUILD)-asan
+TSAN_BUILD ?= $(BUILD)-tsan
+FUZZ_BUILD ?= $(BUILD)-fuzz
+SAN_CMAKE := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" --log-level=WARNING
+# Under ASan: the PyTorch reference suites (reference.*) run Python, not k3, and take a minute
+# that ASan cannot improve; everything else runs.
+ASAN_EXCLUDE ?= ^reference\.
+# Under TSan: the suites with threads of their own (the read engine, the expert cache).
+TSAN_TESTS ?= io_tests pipeline_tests
+FUZZ_CI_SECONDS ?= 10
+FUZZ_SECONDS ?= 60
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
+
+# The GoogleTest binaries of a configured build dir (every executable target named *_test or
+# *_tests), so that new test folders are picked up without touching this file.
+test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*_tests\{0,1\}\)$$/\1/p')
+
+.PHONY: all deps configure build run test test-normal test-asan test-tsan fuzz fuzz-ci \
+        fuzz-build clean format
 
 all: build
 
@@ -22,11 +43,47 @@ run: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target k3
 	$(K3) generate --prompt "The capital of France is" --n-predict 32
 
-test: build
+# Everything CI runs: the normal suite, then ASan+UBSan, TSan and a short fuzzing run.
+test: test-normal
+	@$(MAKE) --no-print-directory test-asan
+	@$(MAKE) --no-print-directory test-tsan
+	@$(MAKE) --no-print-directory fuzz-ci
+
+test-normal: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included).
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DK3_SANITIZE=address $(SAN_CMAKE)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target k3 $(call test_targets,$(ASAN_BUILD))
+	@[ -e $(ASAN_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(ASAN_BUILD)/oracle
+	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
+
+# The threaded suites under TSan, run directly (their tests all run, one binary at a time).
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DK3_SANITIZE=thread $(SAN_CMAKE)
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target k3 $(TSAN_TESTS)
+	@cd $(TSAN_BUILD) && for t in $(TSAN_TESTS); do \
+	  bin=$$(find tests -name $$t -type f -perm -u+x | head -1); \
+	  [ -n "$$bin" ] || { echo "test-tsan: no $$t" >&2; exit 1; }; \
+	  echo "test-tsan: $$bin"; ./$$bin --gtest_brief=1 || exit 1; \
+	done
+
+# libFuzzer targets (fuzz/), with clang: each runs FUZZ_SECONDS from the committed seeds, after
+# ctest replays every committed corpus file (the regression inputs of past crashes).
+fuzz-build: deps
+	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L fuzz
+
+fuzz: fuzz-build
+	@fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD)
+
+fuzz-ci: fuzz-build
+	@fuzz/run.sh $(FUZZ_CI_SECONDS) $(FUZZ_BUILD)
 
 format:
 	@git ls-files '*.h' '*.cc' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

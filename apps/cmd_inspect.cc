@@ -1,4 +1,6 @@
-// k3 inspect: what a checkpoint holds, by kind, and how its experts are laid out.
+// k3 inspect: what a checkpoint holds, by kind, how its experts are laid out, and what each
+// memory preset would give it.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -8,6 +10,7 @@
 #include "apps/flags.h"
 #include "core/checkpoint.h"
 #include "core/progress.h"
+#include "pipeline/memory_plan.h"
 
 namespace k3::cli {
 namespace {
@@ -83,6 +86,33 @@ void PrintCensus(const Checkpoint& ckpt) {
   }
 }
 
+// What each memory preset would give this model, at the engine's default context and prefill
+// chunk (the sizes of k3 generate without flags); "auto" scales from the RAM available now.
+void PrintPresets(const Checkpoint& ckpt) {
+  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, /*prefill_chunk=*/64);
+  const uint64_t available = AvailableRamBytes();
+  const ModelConfig& c = ckpt.config();
+  const int64_t experts =
+      (c.num_layers - std::min(c.num_layers, c.first_k_dense_replace)) * c.num_experts;
+  std::printf("\n%-12s %12s %14s %18s %7s\n", "preset", "budget", "pinned layers", "cache experts",
+              "cached");
+  for (const std::string& name : MemoryPresetNames()) {
+    auto plan = PlanMemory(fp, {.preset = name}, available);
+    if (!plan.ok()) {
+      std::printf("%-12s %s\n", name.c_str(), std::string(plan.status().message()).c_str());
+      continue;
+    }
+    const int64_t pinned = static_cast<int64_t>(plan->pinned.size()) - plan->streamed_layers();
+    std::printf("%-12s %12s %7lld of %-4lld %8lld of %-7lld %6.1f%%\n", name.c_str(),
+                FormatBytes(static_cast<double>(plan->budget_bytes)).c_str(),
+                static_cast<long long>(pinned), static_cast<long long>(plan->pinned.size()),
+                static_cast<long long>(plan->cache_slots), static_cast<long long>(experts),
+                experts > 0 ? 100.0 * plan->cache_slots / experts : 0.0);
+  }
+  std::printf("(auto: 70%% of the %s available now; max context 4096, prefill chunk 64)\n",
+              FormatBytes(static_cast<double>(available)).c_str());
+}
+
 int RunInspect(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
   const std::string dir = absl::GetFlag(FLAGS_model);
@@ -94,6 +124,7 @@ int RunInspect(const std::vector<std::string>& positional) {
       FormatBytes(static_cast<double>((*ckpt)->total_bytes())).c_str(), (*ckpt)->tensors().size());
   PrintConfig((*ckpt)->config());
   PrintCensus(**ckpt);
+  PrintPresets(**ckpt);
   return kExitOk;
 }
 
@@ -102,12 +133,16 @@ int RunInspect(const std::vector<std::string>& positional) {
 const Subcommand& InspectCommand() {
   static const Subcommand kCommand = {
       kName,
-      "show what a checkpoint holds and check that it is complete",
+      "show what a checkpoint holds, check that it is complete, and what each preset gives",
       "inspect --model DIR",
       "Shows what a checkpoint holds: its config, bytes by kind (embedding, attention, router,\n"
       "shared and routed experts, ...), expert size and whether each expert is one contiguous\n"
       "read. Opening the checkpoint checks every header and that every tensor the config needs\n"
-      "is present with the right shape.",
+      "is present with the right shape.\n\n"
+      "Then, for every memory preset (ultra ... max, and auto = 70% of the RAM available now):\n"
+      "the RAM budget, the trunk layers it pins (the others stream through a ring every token)\n"
+      "and the routed experts its cache holds, at the default --max-context 4096 and\n"
+      "--prefill-chunk 64.",
       {"model"},
       RunInspect};
   return kCommand;

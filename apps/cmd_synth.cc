@@ -17,7 +17,7 @@ constexpr char kName[] = "synth";
 int RunSynth(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
   SynthOptions opt;
-  opt.preset = absl::GetFlag(FLAGS_preset);
+  opt.preset = absl::GetFlag(FLAGS_preset).empty() ? "tiny" : absl::GetFlag(FLAGS_preset);
   opt.out_dir = absl::GetFlag(FLAGS_out);
   opt.seed = absl::GetFlag(FLAGS_seed);
   opt.router_skew = absl::GetFlag(FLAGS_router_skew);

@@ -10,5 +10,8 @@ const Subcommand& InspectCommand();
 const Subcommand& GenerateCommand();
 const Subcommand& CacheSimCommand();
 const Subcommand& BenchCommand();
+const Subcommand& PackCommand();
+const Subcommand& ChatCommand();
+const Subcommand& DoctorCommand();
 
 }  // namespace k3::cli

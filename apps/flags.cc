@@ -4,7 +4,9 @@
 
 ABSL_FLAG(std::string, model, "", "Model directory (config.json and safetensors shards).");
 ABSL_FLAG(std::string, out, "", "Output directory.");
-ABSL_FLAG(std::string, preset, "tiny", "Synthetic model shape: tiny, demo or bench.");
+ABSL_FLAG(std::string, preset, "",
+          "k3 synth: the model shape (tiny, demo or bench; default tiny). Elsewhere: the memory "
+          "preset (ultra, laptop, desktop, workstation, server, max, auto; default auto).");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same bytes.");
 ABSL_FLAG(std::vector<std::string>, set, {},
           "Override a config key, e.g. --set hidden_size=256 --set full_attn_layers=4,8 "

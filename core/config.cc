@@ -213,10 +213,15 @@ void CheckQuantization(const json& root, Problems& problems) {
   }
 }
 
+// Bounds far above any real model that keep a corrupt config from costing a huge allocation
+// here (one entry per layer) or overflowing the size arithmetic (expert_bytes and the like).
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxSize = int64_t{1} << 20;
+
 // Checks that the one-based layer lists partition 1..num_layers and derives the layer kinds.
 void CheckLayerLists(ModelConfig& c, const std::string& full_key, const std::string& kda_key,
                      Problems& problems) {
-  if (c.num_layers <= 0) return;
+  if (c.num_layers <= 0 || c.num_layers > kMaxLayers) return;
   std::vector<int> owner(c.num_layers + 1, 0);  // 0 none, 1 MLA, 2 KDA
   auto mark = [&](const std::vector<int64_t>& list, int kind, const std::string& key) {
     for (int64_t l : list) {
@@ -280,6 +285,16 @@ void CheckValues(ModelConfig& c, bool nested, Problems& problems) {
   positive("moe_intermediate_size", c.moe_intermediate_size);
   positive("routed_expert_hidden_size", c.routed_expert_hidden_size);
   positive("attn_res_block_size", c.attn_res_block_size);
+  auto at_most = [&](const char* flat, int64_t v, int64_t limit) {
+    if (v > limit) problems.Add(key(flat), absl::StrCat(v, " is absurd (limit ", limit, ")"));
+  };
+  at_most("num_hidden_layers", c.num_layers, kMaxLayers);
+  for (const Field& f : Fields()) {
+    const auto* member = std::get_if<int64_t ModelConfig::*>(&f.member);
+    if (member != nullptr && f.flat != std::string_view("num_hidden_layers")) {
+      at_most(f.flat, c.**member, kMaxSize);
+    }
+  }
   if (c.first_k_dense_replace > 0) positive("intermediate_size", c.intermediate_size);
   if (c.qk_rope_head_dim < 0) {
     problems.Add(key("qk_rope_head_dim"), absl::StrCat("must be >= 0, found ", c.qk_rope_head_dim));

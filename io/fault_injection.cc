@@ -1,5 +1,11 @@
 #include "io/fault_injection.h"
 
+#include <cerrno>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace k3::io {
 
 FaultPlan& FaultPlan::FailAttempts(int64_t first, int count, int err) {
@@ -55,6 +61,14 @@ bool FaultPlan::Covers(const Rule& rule, int64_t attempt) const {
 
 bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, uint64_t offset,
                         uint64_t length) {
+  if (rule.kind == Kind::kRandom) {
+    // splitmix64 of (seed, attempt): uniform, reproducible, no shared generator state.
+    uint64_t z = rule.seed + static_cast<uint64_t>(attempt) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53 < rule.probability;
+  }
   if (rule.kind != Kind::kFailAtOffset) return Covers(rule, attempt);
   if (rule.count == 0 || rule.offset < offset || rule.offset >= offset + length) return false;
   const std::string& suffix = rule.path_suffix;
@@ -64,6 +78,50 @@ bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, ui
   }
   if (rule.count > 0) --rule.count;
   return true;
+}
+
+FaultPlan& FaultPlan::FailRandomly(double probability, int err, uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  Rule r;
+  r.kind = Kind::kRandom;
+  r.err = err;
+  r.probability = probability;
+  r.seed = seed;
+  rules_.push_back(r);
+  return *this;
+}
+
+absl::StatusOr<std::shared_ptr<FaultPlan>> FaultPlan::Parse(const std::string& spec) {
+  auto plan = std::make_shared<FaultPlan>();
+  double probability = -1;
+  uint64_t seed = 1;
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string& key = kv.first;
+    double number = 0;
+    if (!absl::SimpleAtod(kv.second, &number) || number < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fault spec '", spec, "': '", std::string(item), "' needs a number"));
+    }
+    if (key == "random") {
+      probability = number;
+    } else if (key == "seed") {
+      seed = static_cast<uint64_t>(number);
+    } else if (key == "eio-attempt") {
+      plan->FailAttempts(static_cast<int64_t>(number), 1, EIO);
+    } else if (key == "eio-offset") {
+      plan->FailAtOffset(static_cast<uint64_t>(number), EIO);
+    } else if (key == "short") {
+      plan->ShortReads(static_cast<uint64_t>(number));
+    } else if (key == "slow") {
+      plan->Slow(absl::Milliseconds(number));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fault spec '", spec, "': unknown key '", key, "'"));
+    }
+  }
+  if (probability >= 0) plan->FailRandomly(probability, EIO, seed);
+  return plan;
 }
 
 FaultPlan::Outcome FaultPlan::Apply(const std::string& path, uint64_t offset, uint64_t length,

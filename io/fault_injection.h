@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -28,6 +30,9 @@ class FaultPlan {
                           const std::string& path_suffix = "");
   // Attempts first .. first+count-1 transfer at most `max_bytes` (short reads).
   FaultPlan& ShortReads(uint64_t max_bytes, int64_t first = 1, int count = -1);
+  // Each attempt fails with `err` with this probability, decided by a hash of (seed, attempt
+  // number) so a run is reproducible: transient faults scattered over a long run (soak tests).
+  FaultPlan& FailRandomly(double probability, int err, uint64_t seed);
   // Every attempt completes no sooner than `delay` after it was issued (a slow disk).
   FaultPlan& Slow(absl::Duration delay);
   // Opening a file with O_DIRECT fails with EINVAL, as tmpfs and some FUSE file systems do.
@@ -44,8 +49,13 @@ class FaultPlan {
   int64_t attempts() const;
   int64_t injected() const;  // attempts whose result the plan changed
 
+  // A plan from a spec such as "random=0.01,seed=7" or "eio-attempt=5,short=4096" (comma-separated
+  // random=P, seed=N, eio-attempt=N, eio-offset=N (permanent), short=BYTES, slow=MS); what the
+  // K3_FAULTS environment variable of the k3 command takes (docs/RELIABILITY.md).
+  static absl::StatusOr<std::shared_ptr<FaultPlan>> Parse(const std::string& spec);
+
  private:
-  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads };
+  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads, kRandom };
   struct Rule {
     Kind kind = Kind::kFailAttempts;
     int64_t first = 1;
@@ -54,6 +64,8 @@ class FaultPlan {
     uint64_t offset = 0;
     uint64_t max_bytes = 0;
     std::string path_suffix = "";
+    double probability = 0;
+    uint64_t seed = 0;
   };
   bool Covers(const Rule& rule, int64_t attempt) const;
   bool Matches(Rule& rule, int64_t attempt, const std::string& path, uint64_t offset,

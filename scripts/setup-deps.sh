@@ -11,6 +11,7 @@ packages=(
   libpcre2-dev libhwy-dev
   python3 python3-torch python3-numpy
   fio clang-format
+  clang libclang-rt-14-dev  # the fuzz targets: clang and libFuzzer's runtime (make fuzz)
 )
 
 missing=()

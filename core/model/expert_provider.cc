@@ -54,9 +54,11 @@ absl::Status CheckExpertBytes(const Checkpoint& ckpt, int64_t layer, int64_t exp
   return absl::OkStatus();
 }
 
-absl::Status CheckpointExpertProvider::ForEachExpert(
-    int64_t layer, std::span<const int32_t> experts,
-    const std::function<void(size_t, const ExpertWeights&)>& use) {
+absl::Status CheckpointExpertProvider::ForEachExpert(int64_t layer,
+                                                     std::span<const int32_t> experts,
+                                                     const ExpertUse& use,
+                                                     const std::function<void()>& alongside) {
+  if (alongside) alongside();
   std::vector<uint8_t> bytes;
   for (size_t i = 0; i < experts.size(); ++i) {
     const ExpertLocation& loc = ckpt_.expert(layer, experts[i]);

@@ -31,16 +31,30 @@ ExpertWeights ViewExpert(const ModelConfig& config, const ExpertLocation& loc,
 absl::Status CheckExpertBytes(const Checkpoint& ckpt, int64_t layer, int64_t expert,
                               std::span<const uint8_t> bytes);
 
+using ExpertUse = std::function<void(size_t, const ExpertWeights&)>;
+
+// Per layer the model calls Lookahead (every layer, with its feed-forward input), then for a
+// MoE layer StartFetch as soon as the router has chosen, then ForEachExpert.
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
+  // The normalised feed-forward input of `layer` [tokens, hidden]: a streaming provider
+  // predicts later layers' experts from it and starts reading them.
+  virtual void Lookahead(int64_t layer, std::span<const float> x, size_t tokens) {
+    (void)layer, (void)x, (void)tokens;
+  }
+  // The experts `layer` will use (sorted, unique): reads may start now, before ForEachExpert.
+  virtual void StartFetch(int64_t layer, std::span<const int32_t> experts) {
+    (void)layer, (void)experts;
+  }
   // Fetches `experts` of `layer` and calls use(i, weights) once for each experts[i] when its
   // bytes are in and checked, in any order and possibly from several threads at once. The
-  // views are valid only during the call. Returns the first error (it names file and offset
-  // or tensor); an expert is never skipped.
-  virtual absl::Status ForEachExpert(
-      int64_t layer, std::span<const int32_t> experts,
-      const std::function<void(size_t, const ExpertWeights&)>& use) = 0;
+  // views are valid only during the call. `alongside` (may be empty) is work that needs no
+  // expert: it runs once, while experts load where the provider overlaps. Returns the first
+  // error (it names file and offset or tensor); an expert is never skipped.
+  virtual absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts,
+                                     const ExpertUse& use,
+                                     const std::function<void()>& alongside) = 0;
 };
 
 // Reads experts straight from the checkpoint, one at a time (page cache, no streaming); the
@@ -48,8 +62,8 @@ class ExpertProvider {
 class CheckpointExpertProvider : public ExpertProvider {
  public:
   explicit CheckpointExpertProvider(const Checkpoint& ckpt) : ckpt_(ckpt) {}
-  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts,
-                             const std::function<void(size_t, const ExpertWeights&)>& use) override;
+  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts, const ExpertUse& use,
+                             const std::function<void()>& alongside) override;
 
  private:
   const Checkpoint& ckpt_;

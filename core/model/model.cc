@@ -43,7 +43,27 @@ void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, std::span<const float> x
       tbb::simple_partitioner());
 }
 
+// Every layer already in memory.
+class ResidentLayers : public LayerSource {
+ public:
+  explicit ResidentLayers(const TrunkWeights& trunk) : trunk_(trunk) {}
+  absl::StatusOr<const LayerWeights*> AcquireLayer(int64_t layer) override {
+    return &trunk_.layers[layer];
+  }
+  void ReleaseLayer(int64_t) override {}
+
+ private:
+  const TrunkWeights& trunk_;
+};
+
 }  // namespace
+
+Model::Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts)
+    : config_(config),
+      trunk_(trunk),
+      experts_(experts),
+      resident_(std::make_unique<ResidentLayers>(trunk)),
+      layers_(resident_.get()) {}
 
 void Model::NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight,
                      float eps, std::span<float> out) const {
@@ -65,9 +85,8 @@ void Model::AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<
   });
 }
 
-void Model::Kda(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
-                std::span<float> out) const {
-  const KdaWeights& w = trunk_.layers[layer].kda;
+void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, size_t tokens,
+                SequenceState& state, std::span<float> out) const {
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
   std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width), v(tokens * width),
@@ -111,9 +130,8 @@ void Model::Kda(int64_t layer, std::span<const float> x, size_t tokens, Sequence
   MatMul(w.o, o, tokens, out);
 }
 
-void Model::Mla(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
-                std::span<float> out) const {
-  const MlaWeights& w = trunk_.layers[layer].mla;
+void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, size_t tokens,
+                SequenceState& state, std::span<float> out) const {
   const size_t heads = config_.num_attention_heads, nope = config_.qk_nope_head_dim,
                rope = config_.qk_rope_head_dim, vdim = config_.v_head_dim,
                latent = config_.kv_lora_rank, qrank = config_.q_lora_rank;
@@ -153,9 +171,8 @@ void Model::Mla(int64_t layer, std::span<const float> x, size_t tokens, Sequence
   MatMul(w.o, o, tokens, out);
 }
 
-void Model::DenseFfn(int64_t layer, std::span<const float> x, size_t tokens,
+void Model::DenseFfn(const DenseFfnWeights& w, std::span<const float> x, size_t tokens,
                      std::span<float> out) const {
-  const DenseFfnWeights& w = trunk_.layers[layer].dense;
   std::vector<float> gate(tokens * w.gate.rows), up(tokens * w.up.rows);
   MatMul(w.gate, x, tokens, gate);
   MatMul(w.up, x, tokens, up);
@@ -163,9 +180,18 @@ void Model::DenseFfn(int64_t layer, std::span<const float> x, size_t tokens,
   MatMul(w.down, gate, tokens, out);
 }
 
-absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
-                        std::span<float> out) const {
-  const MoeWeights& w = trunk_.layers[layer].moe;
+void Model::SharedExperts(const MoeWeights& w, std::span<const float> x, size_t tokens,
+                          std::span<float> out) const {
+  // One fused MLP on the full width, unweighted.
+  std::vector<float> gate(tokens * w.shared_gate.rows), up(tokens * w.shared_up.rows);
+  MatMul(w.shared_gate, x, tokens, gate);
+  MatMul(w.shared_up, x, tokens, up);
+  kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
+  MatMul(w.shared_down, gate, tokens, out);
+}
+
+absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x,
+                        size_t tokens, std::span<float> out) const {
   const size_t experts = config_.num_experts, top = config_.num_experts_per_token;
   const size_t latent = config_.routed_expert_hidden_size, width = config_.moe_intermediate_size;
   // Route every token on the full width, in fp32.
@@ -177,9 +203,8 @@ absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
     kernels::RouteTopK(Row(logits, t, experts), w.router_bias, top, renormalize,
                        static_cast<float>(config_.routed_scaling_factor), routes[t]);
   }
-  std::vector<float> z(tokens * latent);
-  MatMul(w.latent_down, x, tokens, z);
-  // The union of the chunk's experts, each with the (token, rank) pairs that chose it.
+  // The union of the chunk's experts, each with the (token, rank) pairs that chose it; reads
+  // start now, while the latent projection and the shared experts run.
   std::map<int32_t, std::vector<std::pair<size_t, size_t>>> users;
   for (size_t t = 0; t < tokens; ++t) {
     for (size_t j = 0; j < top; ++j) users[routes[t][j].expert].emplace_back(t, j);
@@ -190,26 +215,31 @@ absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
     wanted.push_back(e);
     wanted_users.push_back(&u);
   }
+  experts_.StartFetch(layer, wanted);
+  std::vector<float> z(tokens * latent);
+  MatMul(w.latent_down, x, tokens, z);
+  std::vector<float> shared(config_.num_shared_experts > 0 ? tokens * config_.hidden_size : 0);
+  std::function<void()> alongside;
+  if (!shared.empty()) alongside = [&] { SharedExperts(w, x, tokens, shared); };
   // Each expert's output goes to its own slot, whatever order the bytes arrive in.
   std::vector<float> slots(tokens * top * latent);
-  absl::Status status =
-      experts_.ForEachExpert(layer, wanted, [&](size_t i, const ExpertWeights& ew) {
-        const auto& u = *wanted_users[i];
-        const size_t n = u.size();
-        std::vector<float> in(n * latent), gate(n * width), up(n * width), y(n * latent);
-        for (size_t r = 0; r < n; ++r) {
-          std::copy_n(z.data() + u[r].first * latent, latent, in.data() + r * latent);
-        }
-        Mxfp4MatMulParallel(ew.w1, in, n, gate);
-        Mxfp4MatMulParallel(ew.w3, in, n, up);
-        kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-        Mxfp4MatMulParallel(ew.w2, gate, n, y);
-        for (size_t r = 0; r < n; ++r) {
-          const auto [t, j] = u[r];
-          std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
-        }
-      });
-  if (!status.ok()) return status;
+  auto use = [&](size_t i, const ExpertWeights& ew) {
+    const auto& u = *wanted_users[i];
+    const size_t n = u.size();
+    std::vector<float> in(n * latent), gate(n * width), up(n * width), y(n * latent);
+    for (size_t r = 0; r < n; ++r) {
+      std::copy_n(z.data() + u[r].first * latent, latent, in.data() + r * latent);
+    }
+    Mxfp4MatMulParallel(ew.w1, in, n, gate);
+    Mxfp4MatMulParallel(ew.w3, in, n, up);
+    kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
+    Mxfp4MatMulParallel(ew.w2, gate, n, y);
+    for (size_t r = 0; r < n; ++r) {
+      const auto [t, j] = u[r];
+      std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
+    }
+  };
+  if (absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside); !s.ok()) return s;
   // Fixed-order weighted sum (descending score), latent norm, up-projection.
   std::vector<float> agg(tokens * latent, 0.0f);
   for (size_t t = 0; t < tokens; ++t) {
@@ -222,21 +252,48 @@ absl::Status Model::Moe(int64_t layer, std::span<const float> x, size_t tokens,
     }
   }
   MatMul(w.latent_up, agg, tokens, out);
-  if (config_.num_shared_experts > 0) {  // one fused MLP on the full width, unweighted
-    std::vector<float> gate(tokens * w.shared_gate.rows), up(tokens * w.shared_up.rows),
-        shared(tokens * config_.hidden_size);
-    MatMul(w.shared_gate, x, tokens, gate);
-    MatMul(w.shared_up, x, tokens, up);
-    kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-    MatMul(w.shared_down, gate, tokens, shared);
-    for (size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];
+  for (size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];
+  return absl::OkStatus();
+}
+
+absl::Status Model::Layer(int64_t l, const LayerWeights& lw, size_t tokens, SequenceState& state,
+                          std::vector<std::vector<float>>& snapshots, std::vector<float>& prefix) {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> h(prefix.size()), x(prefix.size()), branch(prefix.size());
+  if (snapshots.empty()) {
+    h = prefix;
+  } else {
+    AttnRes(snapshots, prefix, tokens, lw.attn_res_fold, h);
   }
+  // On a boundary the old prefix is pushed after serving as the last candidate above.
+  const bool fresh_block = config_.is_block_boundary(l);
+  if (fresh_block) snapshots.push_back(prefix);
+  NormRows(h, tokens, lw.input_norm, eps, x);
+  if (config_.attention_kind(l) == AttentionKind::kKda) {
+    Kda(l, lw.kda, x, tokens, state, branch);
+  } else {
+    Mla(l, lw.mla, x, tokens, state, branch);
+  }
+  if (fresh_block) {
+    prefix = branch;
+  } else {
+    for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
+  }
+  AttnRes(snapshots, prefix, tokens, lw.mlp_res_fold, h);
+  NormRows(h, tokens, lw.post_norm, eps, x);
+  experts_.Lookahead(l, x, tokens);
+  if (config_.is_dense(l)) {
+    DenseFfn(lw.dense, x, tokens, branch);
+  } else if (absl::Status s = Moe(l, lw.moe, x, tokens, branch); !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
   return absl::OkStatus();
 }
 
 absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
                             std::vector<float>& logits, const LayerObserver& observer) {
-  const size_t tokens = ids.size(), d = config_.hidden_size;
+  const size_t tokens = ids.size();
   if (tokens == 0) return absl::InvalidArgumentError("no tokens to run");
   for (size_t i = 0; i < tokens; ++i) {
     if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
@@ -245,42 +302,20 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
                                                      config_.vocab_size - 1, ")"));
     }
   }
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const size_t d = config_.hidden_size;
   // The residual stream per token: the running prefix P and the block snapshots B.
-  std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d), branch(tokens * d);
+  std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d);
   for (size_t t = 0; t < tokens; ++t) RowToFloat(trunk_.embed, ids[t], Row(prefix, t, d));
   std::vector<std::vector<float>> snapshots;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& lw = trunk_.layers[l];
-    if (snapshots.empty()) {
-      h = prefix;
-    } else {
-      AttnRes(snapshots, prefix, tokens, lw.attn_res_fold, h);
-    }
-    // On a boundary the old prefix is pushed after serving as the last candidate above.
-    const bool fresh_block = config_.is_block_boundary(l);
-    if (fresh_block) snapshots.push_back(prefix);
-    NormRows(h, tokens, lw.input_norm, eps, x);
-    if (config_.attention_kind(l) == AttentionKind::kKda) {
-      Kda(l, x, tokens, state, branch);
-    } else {
-      Mla(l, x, tokens, state, branch);
-    }
-    if (fresh_block) {
-      prefix = branch;
-    } else {
-      for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
-    }
-    AttnRes(snapshots, prefix, tokens, lw.mlp_res_fold, h);
-    NormRows(h, tokens, lw.post_norm, eps, x);
-    if (config_.is_dense(l)) {
-      DenseFfn(l, x, tokens, branch);
-    } else if (absl::Status s = Moe(l, x, tokens, branch); !s.ok()) {
-      return s;
-    }
-    for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
+    auto lw = layers_->AcquireLayer(l);
+    if (!lw.ok()) return lw.status();
+    absl::Status s = Layer(l, **lw, tokens, state, snapshots, prefix);
+    layers_->ReleaseLayer(l);
+    if (!s.ok()) return s;
     if (observer) observer(l, prefix);
   }
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   AttnRes(snapshots, prefix, tokens, trunk_.output_res_fold, h);
   NormRows(h, tokens, trunk_.final_norm, eps, x);
   const size_t vocab = config_.vocab_size;

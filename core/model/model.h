@@ -22,10 +22,25 @@ namespace k3 {
 // P [tokens, hidden] (for tests that check activations layer by layer).
 using LayerObserver = std::function<void(int64_t layer, std::span<const float> prefix)>;
 
+// Where the model gets each layer's trunk weights: resident ones, or a streamer that reads
+// them ahead into a ring of slots.
+class LayerSource {
+ public:
+  virtual ~LayerSource() = default;
+  // Layer `layer`'s weights (router included), valid until ReleaseLayer(layer); blocks until
+  // they are in memory.
+  virtual absl::StatusOr<const LayerWeights*> AcquireLayer(int64_t layer) = 0;
+  virtual void ReleaseLayer(int64_t layer) = 0;
+};
+
 class Model {
  public:
-  Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts)
-      : config_(config), trunk_(trunk), experts_(experts) {}
+  // Every layer resident in `trunk`.
+  Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts);
+  // Layers from `layers` (the globals from `trunk`).
+  Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts,
+        LayerSource& layers)
+      : config_(config), trunk_(trunk), experts_(experts), layers_(&layers) {}
 
   // Runs `ids` after the tokens already in `state` and appends them to it. Writes the logits
   // of the last token ([vocab]) or, with all_positions, of every token ([ids.size(), vocab]).
@@ -39,19 +54,26 @@ class Model {
  private:
   void AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<const float> prefix,
                size_t tokens, std::span<const float> fold, std::span<float> out) const;
-  void Kda(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
-           std::span<float> out) const;
-  void Mla(int64_t layer, std::span<const float> x, size_t tokens, SequenceState& state,
-           std::span<float> out) const;
-  void DenseFfn(int64_t layer, std::span<const float> x, size_t tokens, std::span<float> out) const;
-  absl::Status Moe(int64_t layer, std::span<const float> x, size_t tokens,
+  void Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, size_t tokens,
+           SequenceState& state, std::span<float> out) const;
+  void Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, size_t tokens,
+           SequenceState& state, std::span<float> out) const;
+  void DenseFfn(const DenseFfnWeights& w, std::span<const float> x, size_t tokens,
+                std::span<float> out) const;
+  absl::Status Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
                    std::span<float> out) const;
+  void SharedExperts(const MoeWeights& w, std::span<const float> x, size_t tokens,
+                     std::span<float> out) const;
+  absl::Status Layer(int64_t layer, const LayerWeights& lw, size_t tokens, SequenceState& state,
+                     std::vector<std::vector<float>>& snapshots, std::vector<float>& prefix);
   void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
                 std::span<float> out) const;
 
   const ModelConfig& config_;
   const TrunkWeights& trunk_;
   ExpertProvider& experts_;
+  std::unique_ptr<LayerSource> resident_;  // when every layer is in `trunk_`
+  LayerSource* layers_ = nullptr;
 };
 
 }  // namespace k3

@@ -30,6 +30,7 @@ class Reader {
   Reader(std::string_view in, std::string path) : in_(in), path_(std::move(path)) {}
   bool Bytes(void* p, size_t n) {
     if (in_.size() - pos_ < n) return false;
+    if (n == 0) return true;  // p may be the null data() of an empty vector
     std::memcpy(p, in_.data() + pos_, n);
     pos_ += n;
     return true;
@@ -43,6 +44,7 @@ class Reader {
     return Bytes(v.data(), n * 4);
   }
   bool AtEnd() const { return pos_ == in_.size(); }
+  size_t remaining() const { return in_.size() - pos_; }
   absl::Status Error(std::string_view what) const {
     return absl::DataLossError(
         absl::StrCat(path_, ": ", std::string(what), " (at byte ", pos_, ")"));
@@ -118,7 +120,10 @@ absl::StatusOr<SequenceState> SequenceState::Load(const std::string& path,
         absl::StrCat(path, ": saved for a different model (config fingerprint ", fingerprint,
                      ", this model has ", s.fingerprint_, ")"));
   }
-  if (!r.U64(&n) || n > (1ull << 32)) return r.Error("bad token count");
+  // Checked against the bytes left before allocating: a corrupt count must not cost 16 GB.
+  if (!r.U64(&n) || n > (1ull << 32) || n * 4 > r.remaining()) {
+    return r.Error("bad token count");
+  }
   s.tokens_.resize(n);
   if (!r.Bytes(s.tokens_.data(), n * 4)) return r.Error("truncated token list");
   for (size_t l = 0; l < s.kda_state_.size(); ++l) {

@@ -75,49 +75,61 @@ void RowAxpy(const Matrix& w, size_t row, float alpha, std::span<float> y) {
 
 namespace {
 
-class TrunkLoader {
- public:
-  TrunkLoader(const Checkpoint& ckpt, TrunkWeights& out,
-              const std::function<void(uint64_t, uint64_t)>& progress)
-      : ckpt_(ckpt), out_(out), progress_(progress) {
-    for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
-      total_ += ckpt.Find(spec.name)->byte_size;
+// Floats from a tensor's stored bytes (F32, BF16 or F16).
+std::vector<float> ToFloats(const TensorInfo& t, std::span<const uint8_t> raw) {
+  std::vector<float> out(t.elements());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::kF32) {
+      std::memcpy(&out[i], &raw[4 * i], 4);
+    } else if (t.dtype == DType::kBF16) {
+      out[i] = BF16ToFloat(static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8)));
+    } else {
+      out[i] = HalfToFloat(static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8)));
     }
   }
+  return out;
+}
+
+class TrunkLoader {
+ public:
+  TrunkLoader(const Checkpoint& ckpt, const TensorBytesFn& source,
+              std::vector<std::vector<uint8_t>>& storage,
+              const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total)
+      : ckpt_(ckpt), source_(source), storage_(storage), progress_(progress), total_(total) {}
 
   absl::Status status() const { return status_; }
+  uint64_t bytes() const { return bytes_; }
 
-  // A matrix: BF16 and F32 kept as stored, F16 widened to F32.
+  // A matrix: BF16 and F32 kept as stored (in place when the source's memory outlives the
+  // weights), F16 widened to F32.
   Matrix Mat(const std::string& name) {
-    const TensorInfo* t = Find(name);
+    std::vector<uint8_t> owned;
+    const TensorInfo* t = nullptr;
+    std::span<const uint8_t> raw = Bytes(name, owned, t);
     if (t == nullptr) return {};
-    std::vector<uint8_t> bytes(t->byte_size);
-    Check(ckpt_.ReadTensor(*t, bytes));
-    Matrix m{t->dtype, nullptr, static_cast<size_t>(t->shape[0]),
+    Matrix m{t->dtype, raw.data(), static_cast<size_t>(t->shape[0]),
              static_cast<size_t>(t->elements() / t->shape[0])};
     if (t->dtype == DType::kF16) {
-      std::vector<uint8_t> wide(t->elements() * 4);
-      for (int64_t i = 0; i < t->elements(); ++i) {
-        float f = HalfToFloat(static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)));
-        std::memcpy(&wide[4 * i], &f, 4);
-      }
-      bytes = std::move(wide);
+      std::vector<float> wide = ToFloats(*t, raw);
+      owned.resize(wide.size() * 4);
+      std::memcpy(owned.data(), wide.data(), owned.size());
       m.dtype = DType::kF32;
     }
-    m.data = bytes.data();
-    out_.bytes += bytes.size();
-    out_.storage.push_back(std::move(bytes));
+    if (!owned.empty()) {
+      m.data = owned.data();
+      storage_.push_back(std::move(owned));
+    }
+    bytes_ += m.rows * m.cols * (m.dtype == DType::kBF16 ? 2 : 4);
     return m;
   }
 
   std::vector<float> Vec(const std::string& name) {
-    const TensorInfo* t = Find(name);
+    std::vector<uint8_t> owned;
+    const TensorInfo* t = nullptr;
+    std::span<const uint8_t> raw = Bytes(name, owned, t);
     if (t == nullptr) return {};
-    auto v = ckpt_.ReadTensorAsFloat(*t);
-    Check(v.status());
-    if (!v.ok()) return {};
-    out_.bytes += v->size() * 4;
-    return *std::move(v);
+    bytes_ += t->elements() * 4;
+    return ToFloats(*t, raw);
   }
 
   // Norm weight times projection (AttnRes keys, MODEL.md 2.2).
@@ -128,22 +140,36 @@ class TrunkLoader {
   }
 
  private:
-  const TensorInfo* Find(const std::string& name) {
-    const TensorInfo* t = ckpt_.Find(name);
-    if (t == nullptr) Check(absl::NotFoundError(absl::StrCat("tensor ", name, " is missing")));
-    if (t != nullptr && progress_) progress_(done_ += t->byte_size, total_);
-    return t;
+  std::span<const uint8_t> Bytes(const std::string& name, std::vector<uint8_t>& owned,
+                                 const TensorInfo*& t) {
+    t = ckpt_.Find(name);
+    if (t == nullptr) {
+      Check(absl::NotFoundError(absl::StrCat("tensor ", name, " is missing")));
+      return {};
+    }
+    auto raw = source_(*t, owned);
+    if (!raw.ok() || raw->size() != t->byte_size) {
+      Check(raw.ok() ? absl::DataLossError(absl::StrCat(name, ": got ", raw->size(),
+                                                          " bytes, expected ", t->byte_size))
+                     : raw.status());
+      t = nullptr;
+      return {};
+    }
+    if (progress_) progress_(done_ += t->byte_size, total_);
+    return *raw;
   }
   void Check(const absl::Status& s) {
     if (status_.ok() && !s.ok()) status_ = s;
   }
 
   const Checkpoint& ckpt_;
-  TrunkWeights& out_;
-  const std::function<void(uint64_t, uint64_t)>& progress_;
+  const TensorBytesFn& source_;
+  std::vector<std::vector<uint8_t>>& storage_;
+  const std::function<void(uint64_t, uint64_t)> progress_;
   absl::Status status_;
   uint64_t total_ = 0;
   uint64_t done_ = 0;
+  uint64_t bytes_ = 0;
 };
 
 void LoadAttention(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
@@ -179,6 +205,13 @@ void LoadAttention(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkL
   }
 }
 
+void LoadRouter(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
+                MoeWeights& m) {
+  if (c.is_dense(l)) return;
+  m.router = ld.Mat(n.Layer(l, "block_sparse_moe.gate.weight"));
+  m.router_bias = ld.Vec(n.Layer(l, "block_sparse_moe.gate.e_score_correction_bias"));
+}
+
 void LoadFfn(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
              LayerWeights& lw) {
   if (c.is_dense(l)) {
@@ -191,8 +224,6 @@ void LoadFfn(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader&
     return n.Layer(l, absl::StrCat("block_sparse_moe.", suffix));
   };
   MoeWeights& m = lw.moe;
-  m.router = ld.Mat(name("gate.weight"));
-  m.router_bias = ld.Vec(name("gate.e_score_correction_bias"));
   m.latent_down = ld.Mat(name("routed_expert_down_proj.weight"));
   m.latent_norm = ld.Vec(name("routed_expert_norm.weight"));
   m.latent_up = ld.Mat(name("routed_expert_up_proj.weight"));
@@ -203,31 +234,68 @@ void LoadFfn(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader&
   }
 }
 
+// Everything of layer l but its router.
+void LoadLayer(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
+               LayerWeights& lw) {
+  lw.input_norm = ld.Vec(n.Layer(l, "input_layernorm.weight"));
+  lw.post_norm = ld.Vec(n.Layer(l, "post_attention_layernorm.weight"));
+  lw.attn_res_fold = ld.Fold(n.Layer(l, "self_attention_res_norm.weight"),
+                             n.Layer(l, "self_attention_res_proj.weight"));
+  lw.mlp_res_fold = ld.Fold(n.Layer(l, "mlp_res_norm.weight"), n.Layer(l, "mlp_res_proj.weight"));
+  LoadAttention(c, l, n, ld, lw);
+  LoadFfn(c, l, n, ld, lw);
+}
+
 }  // namespace
 
+TensorBytesFn ReadFromCheckpoint(const Checkpoint& ckpt) {
+  return [&ckpt](const TensorInfo& t,
+                 std::vector<uint8_t>& owned) -> absl::StatusOr<std::span<const uint8_t>> {
+    owned.resize(t.byte_size);
+    if (absl::Status s = ckpt.ReadTensor(t, owned); !s.ok()) return s;
+    return std::span<const uint8_t>(owned);
+  };
+}
+
+absl::StatusOr<uint64_t> LoadLayerWeights(const Checkpoint& ckpt, int64_t layer,
+                                          const TensorBytesFn& source, LayerWeights& out,
+                                          std::vector<std::vector<uint8_t>>& storage) {
+  TrunkLoader ld(ckpt, source, storage, {}, 0);
+  LoadLayer(ckpt.config(), layer, ckpt.names(), ld, out);
+  if (!ld.status().ok()) return ld.status();
+  return ld.bytes();
+}
+
 absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
-    const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress) {
+    const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress,
+    const std::vector<bool>* pinned) {
   const ModelConfig& c = ckpt.config();
   const TensorNames& n = ckpt.names();
+  auto resident = [&](int64_t l) { return pinned == nullptr || (*pinned)[l]; };
+  uint64_t total = 0;
+  for (const TensorSpec& spec : TrunkTensorSpecs(c, n)) {
+    if (spec.layer < 0 || spec.group == TensorGroup::kRouter || resident(spec.layer)) {
+      total += ckpt.Find(spec.name)->byte_size;
+    }
+  }
   auto out = std::make_unique<TrunkWeights>();
-  TrunkLoader ld(ckpt, *out, progress);
+  const TensorBytesFn source = ReadFromCheckpoint(ckpt);
+  TrunkLoader ld(ckpt, source, out->storage, progress, total);
   out->embed = ld.Mat(n.Global("model.embed_tokens.weight"));
   out->lm_head = ld.Mat(n.Global("lm_head.weight"));
   out->final_norm = ld.Vec(n.Global("model.norm.weight"));
   out->output_res_fold = ld.Fold(n.Global("model.output_attn_res_norm.weight"),
                                  n.Global("model.output_attn_res_proj.weight"));
   out->layers.resize(c.num_layers);
+  out->resident.assign(c.num_layers, false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    LayerWeights& lw = out->layers[l];
-    lw.input_norm = ld.Vec(n.Layer(l, "input_layernorm.weight"));
-    lw.post_norm = ld.Vec(n.Layer(l, "post_attention_layernorm.weight"));
-    lw.attn_res_fold = ld.Fold(n.Layer(l, "self_attention_res_norm.weight"),
-                               n.Layer(l, "self_attention_res_proj.weight"));
-    lw.mlp_res_fold = ld.Fold(n.Layer(l, "mlp_res_norm.weight"), n.Layer(l, "mlp_res_proj.weight"));
-    LoadAttention(c, l, n, ld, lw);
-    LoadFfn(c, l, n, ld, lw);
+    LoadRouter(c, l, n, ld, out->layers[l].moe);
+    if (!resident(l)) continue;
+    LoadLayer(c, l, n, ld, out->layers[l]);
+    out->resident[l] = true;
   }
   if (!ld.status().ok()) return ld.status();
+  out->bytes = ld.bytes();
   return out;
 }
 

@@ -67,13 +67,30 @@ struct TrunkWeights {
   Matrix embed, lm_head;
   std::vector<float> final_norm, output_res_fold;
   std::vector<LayerWeights> layers;
+  // Per layer: all its weights are here. Otherwise only its router (lookahead needs every
+  // router) and the pipeline streams the rest (LoadLayerWeights).
+  std::vector<bool> resident;
   // Owns the bytes the matrices point into.
   std::vector<std::vector<uint8_t>> storage;
   uint64_t bytes = 0;
 };
 
-// Reads every trunk tensor of the checkpoint. `progress(done, total)` reports bytes.
+// Where a tensor's stored bytes come from: read into `owned` (which the weights then keep), or a
+// view of memory that outlives the weights (a streaming ring slot).
+using TensorBytesFn = std::function<absl::StatusOr<std::span<const uint8_t>>(
+    const TensorInfo& tensor, std::vector<uint8_t>& owned)>;
+TensorBytesFn ReadFromCheckpoint(const Checkpoint& ckpt);
+
+// Reads the global tensors, every router, and every other tensor of the layers where
+// pinned[l] (all layers when `pinned` is null). `progress(done, total)` reports bytes.
 absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
-    const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress = {});
+    const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress = {},
+    const std::vector<bool>* pinned = nullptr);
+
+// Builds everything of one layer but its router from `source` into `out`; F16 matrices and
+// copies go to `storage`. Returns the bytes the weights take.
+absl::StatusOr<uint64_t> LoadLayerWeights(const Checkpoint& ckpt, int64_t layer,
+                                          const TensorBytesFn& source, LayerWeights& out,
+                                          std::vector<std::vector<uint8_t>>& storage);
 
 }  // namespace k3

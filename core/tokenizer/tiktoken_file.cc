@@ -158,7 +158,10 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> ParseAddedTokens(
     return absl::InvalidArgumentError(
         absl::StrCat(Av(file_name), ": added_tokens_decoder is not an object"));
   }
-  for (const auto& [key, value] : it->items()) {
+  for (const auto& item : it->items()) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+    const std::string& key = item.key();
+    const auto& value = item.value();
     const auto error = [&](std::string_view what) {
       return absl::InvalidArgumentError(absl::StrCat(Av(file_name), ": added_tokens_decoder[\"",
                                                      Excerpt(key), "\"]: ", Av(what)));

@@ -1,0 +1,575 @@
+// k3 chat: a conversation in the terminal with the Kimi chat template. The sequence state is
+// kept between turns, so a turn runs only its new tokens (the user message and the assistant
+// header) through the model: on a model that streams its experts from disk, re-running the
+// history every turn would cost seconds per token of history.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "apps/commands.h"
+#include "apps/engine_flags.h"
+#include "apps/flags.h"
+#include "apps/run_report.h"
+#include "core/chat_template.h"
+#include "core/sampler.h"
+#include "core/tokenizer/tokenizer.h"
+#include "io/file.h"
+#include "nlohmann/json.hpp"
+#include "pipeline/engine.h"
+
+// Defined with k3 generate (apps/cmd_generate.cc): chat samples the same way.
+ABSL_DECLARE_FLAG(int32_t, n_predict);
+ABSL_DECLARE_FLAG(bool, greedy);
+ABSL_DECLARE_FLAG(double, temp);
+ABSL_DECLARE_FLAG(int32_t, top_k);
+ABSL_DECLARE_FLAG(double, top_p);
+ABSL_DECLARE_FLAG(std::string, tokenizer);
+ABSL_DECLARE_FLAG(std::string, report_json);
+
+ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
+ABSL_FLAG(std::string, history, "",
+          "Save the conversation to this JSON file after every turn; resume it when the file "
+          "exists.");
+
+namespace k3::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kName[] = "chat";
+constexpr char kHistoryFormat[] = "k3-chat-history";
+constexpr int kHistoryVersion = 1;
+
+// Our own SIGINT flag rather than run_report's: a chat survives an interrupted reply, so the
+// flag must be cleared for the next one. A second Ctrl-C before the reply stops kills at once.
+std::atomic<bool> g_stop{false};
+
+void OnSigint(int) {
+  if (g_stop.exchange(true)) std::_Exit(kExitInterrupted);
+}
+
+void InstallChatInterruptHandler() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a read at the prompt must return EINTR to see Ctrl-C
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// Reads stdin a line at a time with read(2), because std::getline retries EINTR and so
+// could not notice Ctrl-C at the prompt.
+class LineReader {
+ public:
+  enum class Result { kLine, kEof, kInterrupted, kError };
+
+  Result Next(std::string& line) {
+    for (;;) {
+      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
+        line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return Result::kLine;
+      }
+      if (eof_) {
+        if (buffer_.empty()) return Result::kEof;
+        line = std::move(buffer_);
+        buffer_.clear();
+        return Result::kLine;
+      }
+      if (g_stop.load()) return Result::kInterrupted;
+      char chunk[4096];
+      const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof(chunk));
+      if (n > 0) {
+        buffer_.append(chunk, static_cast<size_t>(n));
+      } else if (n == 0) {
+        eof_ = true;
+      } else if (errno != EINTR) {
+        return Result::kError;
+      }
+    }
+  }
+
+ private:
+  std::string buffer_;
+  bool eof_ = false;
+};
+
+// Streams a reply: text as it is produced, without the XTML markup (special tokens, and the
+// tag names between <|open|> or <|close|> and <|sep|>); the end of the think channel starts a
+// new line so that the answer stands apart from the reasoning.
+class ReplyPrinter {
+ public:
+  explicit ReplyPrinter(const Tokenizer& tok)
+      : tok_(tok),
+        open_(tok.SpecialTokenId("<|open|>").value_or(-1)),
+        close_(tok.SpecialTokenId("<|close|>").value_or(-1)),
+        sep_(tok.SpecialTokenId("<|sep|>").value_or(-1)) {}
+
+  void Print(int32_t id) {
+    if (id == open_ || id == close_) {
+      if (in_tag_) Write(tag_);
+      in_tag_ = true;
+      closing_ = id == close_;
+      tag_.clear();
+    } else if (id == sep_ && in_tag_) {
+      in_tag_ = false;
+      if (closing_ && tag_.rfind("think", 0) == 0) Write("\n");
+    } else if (!tok_.IsSpecial(id)) {
+      auto bytes = tok_.TokenBytes(id);
+      if (!bytes.ok()) return;
+      if (!in_tag_) return Write(*bytes);
+      tag_.append(bytes->data(), bytes->size());
+      // A tag name is a word or two; anything longer was text after a stray marker.
+      if (tag_.size() > 64) {
+        in_tag_ = false;
+        Write(tag_);
+      }
+    }
+  }
+
+ private:
+  static void Write(std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  }
+
+  const Tokenizer& tok_;
+  int32_t open_, close_, sep_;
+  bool in_tag_ = false;
+  bool closing_ = false;
+  std::string tag_;
+};
+
+struct ChatSettings {
+  SamplerOptions sampler;
+  int32_t n_predict = 0;
+  std::string system;
+  std::string history_path;
+  std::string report_path;
+  bool quiet = false;
+};
+
+// Refuses a --history in a directory that does not exist now, rather than after the first
+// reply, when the save would fail.
+absl::Status CheckHistoryPath(const std::string& path) {
+  if (path.empty() || io::FileExists(path)) return absl::OkStatus();
+  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
+  if (io::IsDirectory(parent.string())) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("--history ", path, ": directory ", parent.string(), " does not exist"));
+}
+
+absl::StatusOr<ChatSettings> ReadSettings() {
+  ChatSettings s;
+  s.n_predict = absl::GetFlag(FLAGS_n_predict);
+  if (s.n_predict < 0) return absl::InvalidArgumentError("--n-predict must be >= 0");
+  s.sampler.temperature = absl::GetFlag(FLAGS_temp);
+  s.sampler.greedy = absl::GetFlag(FLAGS_greedy) || s.sampler.temperature == 0;
+  s.sampler.top_k = absl::GetFlag(FLAGS_top_k);
+  s.sampler.top_p = absl::GetFlag(FLAGS_top_p);
+  s.sampler.seed = absl::GetFlag(FLAGS_seed);
+  if (absl::GetFlag(FLAGS_greedy) && s.sampler.temperature != 0) {
+    return absl::InvalidArgumentError("--greedy and --temp exclude each other");
+  }
+  if (absl::Status st = ValidateSamplerOptions(s.sampler); !st.ok()) return st;
+  s.system = absl::GetFlag(FLAGS_system);
+  s.history_path = absl::GetFlag(FLAGS_history);
+  s.report_path = absl::GetFlag(FLAGS_report_json);
+  s.quiet = absl::GetFlag(FLAGS_quiet);
+  if (absl::Status st = CheckHistoryPath(s.history_path); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& model_dir) {
+  std::string dir = absl::GetFlag(FLAGS_tokenizer);
+  if (dir.empty()) dir = model_dir;
+  if (!io::FileExists(dir + "/tiktoken.model")) {
+    return absl::NotFoundError(absl::StrCat("no tokenizer: ", dir,
+                                            "/tiktoken.model does not exist (chat needs one; "
+                                            "use --tokenizer DIR)"));
+  }
+  return Tokenizer::Load(dir);
+}
+
+// The figures of one turn, for the stats line and --report-json.
+struct TurnResult {
+  std::vector<int32_t> fed;    // tokens run through Prefill this turn
+  std::vector<int32_t> reply;  // sampled tokens, the stop token included
+  int64_t position_before = 0;
+  double prefill_seconds = 0;
+  bool interrupted = false;
+};
+
+class ChatSession {
+ public:
+  ChatSession(Engine& engine, const Tokenizer& tok, const ChatSettings& settings)
+      : engine_(engine), tok_(tok), settings_(settings), state_(engine.NewState()) {
+    for (const char* name : {"[EOS]", "<|end_of_msg|>"}) {
+      if (auto id = tok.SpecialTokenId(name); id && *id < engine.config().vocab_size)
+        stops_.push_back(*id);
+    }
+    end_of_msg_ = tok.SpecialTokenId("<|end_of_msg|>").value_or(-1);
+  }
+
+  absl::Status CheckTemplate() const;
+  absl::Status Resume(const std::string& path);
+  absl::Status Turn(const std::string& user_text, RunReport& report, TurnResult& result);
+  void Reset();
+  absl::Status SaveHistory(const std::string& path) const;
+
+  int64_t turns() const { return turns_; }
+  int64_t position() const { return state_.position(); }
+  size_t messages() const { return messages_.size(); }
+
+ private:
+  absl::StatusOr<std::vector<int32_t>> NewTokens(const std::string& user_text, bool with_system);
+  absl::Status Generate(std::vector<float>& logits, const StepMetrics& prefill, RunReport& report,
+                        TurnResult& result);
+  void Close(const TurnResult& result);
+  absl::Status LoadHistory(const std::string& path, std::vector<int32_t>& tokens);
+
+  Engine& engine_;
+  const Tokenizer& tok_;
+  const ChatSettings& settings_;
+  SequenceState state_;
+  std::vector<int32_t> stops_;
+  int32_t end_of_msg_ = -1;
+  // Tokens that close the last reply (the last sampled token, which was never decoded, and
+  // <|end_of_msg|>); they run with the next turn's prefill instead of costing a step now.
+  std::vector<int32_t> pending_;
+  json messages_ = json::array();
+  int64_t turns_ = 0;  // user messages so far: seeds each turn's sampler
+};
+
+absl::Status ChatSession::CheckTemplate() const {
+  const std::vector<ChatMessage> probe = {{"user", "hi", ""}};
+  auto ids = RenderChat(tok_, probe);
+  if (!ids.ok()) return ids.status();
+  for (int32_t id : *ids) {
+    if (id >= engine_.config().vocab_size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the chat template's token ", id, " is beyond the model's vocabulary (",
+                       engine_.config().vocab_size, "): tokenizer and model do not match"));
+    }
+  }
+  if (end_of_msg_ < 0) return absl::FailedPreconditionError("the tokenizer has no <|end_of_msg|>");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ChatSession::NewTokens(const std::string& user_text,
+                                                            bool with_system) {
+  std::vector<ChatMessage> fresh;
+  if (with_system) fresh.push_back({"system", settings_.system, ""});
+  fresh.push_back({"user", user_text, ""});
+  auto rendered = RenderChat(tok_, fresh);
+  if (!rendered.ok()) return rendered.status();
+  std::vector<int32_t> ids = pending_;
+  ids.insert(ids.end(), rendered->begin(), rendered->end());
+  return ids;
+}
+
+absl::Status ChatSession::Generate(std::vector<float>& logits, const StepMetrics& prefill,
+                                   RunReport& report, TurnResult& result) {
+  SamplerOptions options = settings_.sampler;
+  options.seed += static_cast<uint64_t>(turns_);  // a resumed chat samples as an unbroken one
+  Sampler sampler(options);
+  ReplyPrinter printer(tok_);
+  StepMetrics step = prefill;  // the first token comes from the prefill's logits
+  // A reply stops where the context is full; the next turn is then refused with a notice.
+  const int64_t room = engine_.options().max_context - state_.position();
+  const int32_t limit = static_cast<int32_t>(std::min<int64_t>(settings_.n_predict, room));
+  for (int32_t i = 0; i < limit && !g_stop.load(); ++i) {
+    const int32_t id = sampler.Sample(logits);
+    const bool stop = std::find(stops_.begin(), stops_.end(), id) != stops_.end();
+    if (!stop) printer.Print(id);
+    result.reply.push_back(id);
+    report.AddStep({id, "", step});
+    if (stop || i + 1 == limit || g_stop.load()) break;
+    step = {};
+    if (absl::Status s = engine_.Decode(id, state_, logits, &step); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
+                               TurnResult& result) {
+  const bool with_system = state_.position() == 0 && pending_.empty() && !settings_.system.empty();
+  auto fed = NewTokens(user_text, with_system);
+  if (!fed.ok()) return fed.status();
+  const int64_t max_context = engine_.options().max_context;
+  if (state_.position() + static_cast<int64_t>(fed->size()) >= max_context) {
+    return absl::ResourceExhaustedError(absl::StrCat("the conversation would pass --max-context ",
+                                                     max_context, " (", state_.position(),
+                                                     " tokens so far): /reset to start over"));
+  }
+  result.position_before = state_.position();
+  result.fed = *fed;
+  std::vector<float> logits;
+  StepMetrics prefill;
+  if (absl::Status s = engine_.Prefill(*fed, state_, logits, &prefill); !s.ok()) return s;
+  pending_.clear();
+  if (with_system) messages_.push_back({{"role", "system"}, {"content", settings_.system}});
+  report.SetPrefill(*fed, prefill);
+  result.prefill_seconds = prefill.seconds;
+  absl::Status s = Generate(logits, prefill, report, result);
+  result.interrupted = g_stop.load();
+  messages_.push_back({{"role", "user"}, {"content", user_text}});
+  Close(result);
+  ++turns_;
+  return s;
+}
+
+// Records the reply and what must close it: a stop token ends the message (as <|end_of_msg|>,
+// since [EOS] does not close an XTML message); otherwise the last token, shown but never
+// decoded, still has to go in first.
+void ChatSession::Close(const TurnResult& result) {
+  std::vector<int32_t> shown = result.reply;
+  const bool stopped =
+      !shown.empty() && std::find(stops_.begin(), stops_.end(), shown.back()) != stops_.end();
+  if (stopped) shown.pop_back();
+  if (!stopped && !shown.empty()) pending_.push_back(shown.back());
+  pending_.push_back(end_of_msg_);
+  auto text = tok_.Decode(shown);
+  messages_.push_back({{"role", "assistant"},
+                       {"content", text.ok() ? *text : std::string()},
+                       {"ids", result.reply}});
+}
+
+void ChatSession::Reset() {
+  state_ = engine_.NewState();
+  pending_.clear();
+  messages_ = json::array();
+  turns_ = 0;
+}
+
+absl::Status ChatSession::SaveHistory(const std::string& path) const {
+  std::vector<int32_t> tokens = state_.tokens();
+  tokens.insert(tokens.end(), pending_.begin(), pending_.end());
+  const json root = {{"format", kHistoryFormat},
+                     {"version", kHistoryVersion},
+                     {"model_fingerprint", engine_.config().Fingerprint()},
+                     {"messages", messages_},
+                     {"tokens", tokens}};
+  return io::WriteFileAtomically(path, root.dump(1) + "\n");
+}
+
+absl::Status Corrupt(const std::string& path, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("--history ", path, ": ", std::string(what),
+                                                 " (not a k3 chat history; left untouched)"));
+}
+
+// Checks every field before anything is used, so a damaged file is refused as a whole.
+absl::Status ChatSession::LoadHistory(const std::string& path, std::vector<int32_t>& tokens) {
+  auto text = io::ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  json root;
+  try {
+    root = json::parse(*text);
+  } catch (const json::parse_error& e) {
+    return Corrupt(path, absl::StrCat("invalid JSON at byte ", e.byte));
+  }
+  if (!root.is_object() || root.value("format", "") != kHistoryFormat) {
+    return Corrupt(path, absl::StrCat("no \"format\": \"", kHistoryFormat, "\""));
+  }
+  if (root.value("version", 0) != kHistoryVersion) {
+    return Corrupt(path, absl::StrCat("unsupported version (this k3 reads ", kHistoryVersion, ")"));
+  }
+  const std::string mine = engine_.config().Fingerprint();
+  const json& theirs = root["model_fingerprint"];
+  if (!theirs.is_string()) return Corrupt(path, "\"model_fingerprint\" missing");
+  if (theirs.get<std::string>() != mine) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--history ", path, ": saved with another model (fingerprint ",
+                     theirs.get<std::string>(), ", this model is ", mine, "); left untouched"));
+  }
+  const json& msgs = root["messages"];
+  if (!msgs.is_array()) return Corrupt(path, "\"messages\" is not an array");
+  for (const json& m : msgs) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      return Corrupt(path, "a message without a string \"role\" and \"content\"");
+    }
+  }
+  const json& ids = root["tokens"];
+  if (!ids.is_array()) return Corrupt(path, "\"tokens\" is not an array");
+  for (const json& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= engine_.config().vocab_size) {
+      return Corrupt(path, absl::StrCat("\"tokens\" holds ", id.dump(), ", not a token id below ",
+                                        engine_.config().vocab_size));
+    }
+  }
+  tokens = ids.get<std::vector<int32_t>>();
+  if (static_cast<int64_t>(tokens.size()) > engine_.options().max_context) {
+    return absl::FailedPreconditionError(absl::StrCat("--history ", path, ": ", tokens.size(),
+                                                      " tokens exceed --max-context ",
+                                                      engine_.options().max_context));
+  }
+  messages_ = msgs;
+  return absl::OkStatus();
+}
+
+// Runs the saved conversation through the model once, which rebuilds the exact state an
+// unbroken session would have (prefill and decode give bit-identical state).
+absl::Status ChatSession::Resume(const std::string& path) {
+  std::vector<int32_t> tokens;
+  if (absl::Status s = LoadHistory(path, tokens); !s.ok()) return s;
+  turns_ = std::count_if(messages_.begin(), messages_.end(),
+                         [](const json& m) { return m["role"] == "user"; });
+  if (tokens.empty()) return absl::OkStatus();
+  std::vector<float> logits;
+  return engine_.Prefill(tokens, state_, logits);
+}
+
+void PrintTurnStats(const TurnResult& t, const RunReport& report, int64_t turn) {
+  std::fprintf(stderr, "[turn %lld: %zu tokens in (%.3f s), %zu tokens out, %.4f s/token%s]\n",
+               static_cast<long long>(turn), t.fed.size(), t.prefill_seconds, t.reply.size(),
+               report.median_decode_seconds(), t.interrupted ? ", interrupted" : "");
+}
+
+// Runs one user message: streams the reply, then the stats line, the history and the report.
+// A turn that would overflow the context is refused with a notice and the chat goes on.
+int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, const std::string& line,
+            json& reports) {
+  g_stop.store(false);
+  RunReport report(/*print_steps=*/false);
+  TurnResult t;
+  const absl::Status status = chat.Turn(line, report, t);
+  if (status.code() == absl::StatusCode::kResourceExhausted && t.fed.empty()) {
+    std::fprintf(stderr, "k3 chat: %s\n", std::string(status.message()).c_str());
+    return kExitOk;
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!status.ok()) return ReportError(kName, status);
+  if (!s.quiet) PrintTurnStats(t, report, chat.turns());
+  if (!s.history_path.empty()) {
+    if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok()) return ReportError(kName, h);
+  }
+  if (!s.report_path.empty()) {
+    json turn = report.ToJson(engine);
+    turn["turn"] = chat.turns();
+    turn["position_before"] = t.position_before;
+    turn["interrupted"] = t.interrupted;
+    reports.push_back(std::move(turn));
+    if (absl::Status r = io::WriteFileAtomically(s.report_path, reports.dump(1) + "\n"); !r.ok())
+      return ReportError(kName, r);
+  }
+  g_stop.store(false);
+  return kExitOk;
+}
+
+// /reset forgets the conversation; the cleared history is saved at once so that a resumed
+// session does not bring it back.
+int ResetConversation(ChatSession& chat, const ChatSettings& s) {
+  chat.Reset();
+  if (!s.quiet) std::fprintf(stderr, "[conversation cleared]\n");
+  if (s.history_path.empty()) return kExitOk;
+  if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok()) return ReportError(kName, h);
+  return kExitOk;
+}
+
+// Reads user lines until /exit, end of input or Ctrl-C at the prompt (exit 130).
+int Converse(ChatSession& chat, const Engine& engine, const ChatSettings& s) {
+  const bool interactive = ::isatty(STDIN_FILENO) == 1;
+  if (interactive && !s.quiet) {
+    std::fprintf(stderr,
+                 "type a message; /reset starts over, /exit or Ctrl-D leaves, Ctrl-C "
+                 "stops a reply\n");
+  }
+  LineReader reader;
+  json reports = json::array();
+  std::string line;
+  for (;;) {
+    if (interactive) std::printf("> ");
+    std::fflush(stdout);
+    const LineReader::Result r = reader.Next(line);
+    if (r == LineReader::Result::kEof) return kExitOk;
+    if (r == LineReader::Result::kInterrupted) return kExitInterrupted;
+    if (r == LineReader::Result::kError) {
+      return ReportError(
+          kName, absl::InternalError(absl::StrCat("reading stdin: ", std::strerror(errno))));
+    }
+    if (line == "/exit" || line == "/quit") return kExitOk;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const int rc =
+        line == "/reset" ? ResetConversation(chat, s) : RunTurn(chat, engine, s, line, reports);
+    if (rc != kExitOk) return rc;
+  }
+}
+
+absl::Status ResumeIfSaved(ChatSession& chat, const ChatSettings& s) {
+  if (s.history_path.empty() || !io::FileExists(s.history_path)) return absl::OkStatus();
+  if (absl::Status st = chat.Resume(s.history_path); !st.ok()) return st;
+  if (!s.quiet) {
+    std::fprintf(stderr, "[resumed %s: %zu messages, %lld tokens]\n", s.history_path.c_str(),
+                 chat.messages(), static_cast<long long>(chat.position()));
+  }
+  return absl::OkStatus();
+}
+
+int RunChat(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  auto settings = ReadSettings();
+  if (!settings.ok()) return ReportError(kName, settings.status());
+  auto options = EngineOptionsFromFlags();
+  if (!options.ok()) return ReportError(kName, options.status());
+  auto tok = LoadTokenizer(options->model_dir);
+  if (!tok.ok()) return ReportError(kName, tok.status());
+  auto engine = Engine::Open(*options);
+  if (!engine.ok()) return ReportError(kName, engine.status());
+  ChatSession chat(**engine, *tok, *settings);
+  if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kName, s);
+  if (!settings->quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+  if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kName, s);
+  InstallChatInterruptHandler();
+  return Converse(chat, **engine, *settings);
+}
+
+}  // namespace
+
+const Subcommand& ChatCommand() {
+  static const Subcommand kCommand = [] {
+    std::vector<std::string_view> flags = {"system",    "history",     "n-predict", "greedy",
+                                           "temp",      "top-k",       "top-p",     "seed",
+                                           "tokenizer", "report-json", "quiet"};
+    for (std::string_view f : EngineFlagNames()) flags.push_back(f);
+    return Subcommand{
+        kName,
+        "talk with the model in the terminal (Kimi chat template)",
+        "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
+        "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"
+        "            [engine flags as for k3 generate]",
+        "A conversation with the Kimi K3 chat template. Each line read from stdin (a terminal or\n"
+        "a pipe) is a user message; the reply streams to stdout and ends at <|end_of_msg|>,\n"
+        "[EOS] or --n-predict tokens. The sequence state is kept between turns, so a turn runs\n"
+        "only its own new tokens through the model, never the history again. Without --model it\n"
+        "uses the built-in demo model. Greedy unless --temp is given; turn N samples with seed\n"
+        "--seed + N - 1.\n\n"
+        "  /reset   forget the conversation (the --system message comes back with the next turn)\n"
+        "  /exit    leave (so does end of input)\n\n"
+        "After each turn a line on stderr gives the tokens run in, tokens out and s/token\n"
+        "(--quiet hides it and the memory plan). --history FILE saves the conversation after\n"
+        "every turn (JSON: messages, every token id and the model's fingerprint; written to a\n"
+        "temp file, fsynced and renamed) and, when FILE exists at start, resumes it by running\n"
+        "the saved tokens through the model once; --system then applies only after a /reset. A\n"
+        "history that is damaged or was saved with another model is refused (exit 2) and left\n"
+        "as it is. --report-json FILE rewrites FILE after every turn with a JSON array of\n"
+        "per-turn reports (the fields of k3 generate's, plus turn and position_before).\n"
+        "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
+        flags,
+        RunChat};
+  }();
+  return kCommand;
+}
+
+}  // namespace k3::cli

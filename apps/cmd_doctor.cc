@@ -1,0 +1,376 @@
+// k3 doctor: checks what the engine depends on (io_uring, O_DIRECT, disk speed, RAM, cores,
+// SIMD), recommends the memory preset for a model and prints the command to run next. Exits
+// 1 when something essential fails, so scripts can gate on it.
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "apps/commands.h"
+#include "apps/flags.h"
+#include "core/checkpoint.h"
+#include "core/progress.h"
+#include "io/aligned_buffer.h"
+#include "io/file.h"
+#include "io/read_engine.h"
+#include "kernels/dispatch.h"
+#include "nlohmann/json.hpp"
+#include "pipeline/memory_plan.h"
+
+namespace k3::cli {
+namespace {
+
+constexpr char kName[] = "doctor";
+constexpr uint64_t kReadBytes = 16 << 20;  // one read, as large as an expert group
+constexpr int kReadsInFlight = 4;
+constexpr double kMeasureSeconds = 2.5;
+constexpr uint64_t kScratchBytes = 128ull << 20;  // the temp file read without a model
+
+enum class Level { kOk, kWarn, kFail };
+
+// Collects the checks: one line each on stdout as they finish, and the JSON for --out-json.
+class Findings {
+ public:
+  void Add(std::string_view what, Level level, const std::string& detail) {
+    static constexpr const char* kTags[] = {"ok", "WARN", "FAIL"};
+    std::printf("  %-5s %-11s %s\n", kTags[static_cast<int>(level)], std::string(what).c_str(),
+                detail.c_str());
+    std::fflush(stdout);
+    checks_.push_back({{"check", std::string(what)},
+                       {"status", kTags[static_cast<int>(level)]},
+                       {"detail", detail}});
+    if (level == Level::kFail && failure_.empty())
+      failure_ = absl::StrCat(std::string(what), ": ", detail);
+  }
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  nlohmann::json& extra() { return extra_; }
+  nlohmann::json ToJson() const {
+    nlohmann::json j = extra_;
+    j["checks"] = checks_;
+    j["ok"] = !failed();
+    return j;
+  }
+
+ private:
+  nlohmann::json checks_ = nlohmann::json::array();
+  nlohmann::json extra_ = nlohmann::json::object();
+  std::string failure_;
+};
+
+std::string Gb(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
+
+// A path as typed in a shell: quoted only when it has to be.
+std::string Shell(const std::string& s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("/._-+=:,", c) != nullptr;
+  });
+  if (plain && !s.empty()) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+void CheckUring(Findings& f) {
+  io::EngineOptions o;
+  o.backend = io::Backend::kUring;
+  o.queue_depth = kReadsInFlight;
+  o.notices = false;
+  auto engine = io::ReadEngine::Create(o);
+  if (engine.ok()) {
+    f.Add("io_uring", Level::kOk, "available: expert reads use io_uring");
+  } else {
+    f.Add("io_uring", Level::kWarn,
+          absl::StrCat("not available (", std::string(engine.status().message()),
+                       "): reads fall back to a pool of pread threads, slower at depth"));
+  }
+  f.extra()["io_uring"] = engine.ok();
+}
+
+// The largest shard: the longest run of 16 MiB reads without wrapping.
+std::string LargestShard(const Checkpoint& ckpt) {
+  std::string best;
+  uint64_t best_size = 0;
+  for (const std::string& p : ckpt.shard_paths()) {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(p, ec);
+    if (!ec && size >= best_size) best = p, best_size = size;
+  }
+  return best;
+}
+
+// A file of random bytes to read back when there is no model, flushed and dropped from the
+// page cache so that buffered reads (where O_DIRECT is refused) do not just hit memory.
+absl::StatusOr<std::string> WriteScratchFile(const std::string& dir) {
+  std::string path = dir + "/k3-doctor-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create a file in ", dir));
+  std::vector<uint64_t> block(1 << 17);  // 1 MiB
+  std::mt19937_64 rng(1);
+  bool ok = true;
+  for (uint64_t done = 0; ok && done < kScratchBytes; done += block.size() * 8) {
+    for (uint64_t& x : block) x = rng();
+    ok = ::write(fd, block.data(), block.size() * 8) == static_cast<ssize_t>(block.size() * 8);
+  }
+  ok = ok && ::fdatasync(fd) == 0;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (!ok) {
+    ::unlink(path.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat("cannot write 128 MiB to ", dir));
+  }
+  return path;
+}
+
+struct ReadRate {
+  std::string path;
+  uint64_t read_bytes = 0;  // per read: 16 MiB, or the whole file when it is smaller
+  bool direct = false;
+  double bytes_per_second = 0;
+  double seconds = 0;
+};
+
+// Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
+absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
+  io::EngineOptions o;
+  o.queue_depth = kReadsInFlight;
+  o.notices = false;
+  auto engine = io::ReadEngine::Create(o);
+  if (!engine.ok()) return engine.status();
+  auto file = (*engine)->OpenFile(path);
+  if (!file.ok()) return file.status();
+  const io::FileInfo info = (*engine)->file(*file);
+  const uint64_t length = std::min<uint64_t>(kReadBytes, io::AlignDown(info.size));
+  if (length == 0) return absl::FailedPreconditionError(absl::StrCat(path, " is too small"));
+  auto arena = io::BufferArena::Create(kReadsInFlight * length);
+  if (!arena.ok()) return arena.status();
+  std::mt19937_64 rng(7);
+  const uint64_t span = info.size - length;
+  auto submit = [&](int slot) {
+    const uint64_t offset = io::AlignDown(span == 0 ? 0 : rng() % span);
+    return (*engine)->Submit({.file = *file,
+                              .offset = offset,
+                              .length = length,
+                              .buffer = (*arena)->Slice(slot * length, length),
+                              .user_data = static_cast<uint64_t>(slot)});
+  };
+  for (int slot = 0; slot < kReadsInFlight; ++slot) {
+    if (auto id = submit(slot); !id.ok()) return id.status();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ReadRate rate{.path = path, .read_bytes = length, .direct = info.direct};
+  uint64_t bytes = 0;
+  for (int outstanding = kReadsInFlight; outstanding > 0; --outstanding) {
+    std::optional<io::ReadResult> r = (*engine)->WaitAny();
+    if (!r.has_value()) return absl::InternalError("the read engine lost a read");
+    if (!r->status.ok()) return r->status;
+    bytes += r->data.size();
+    rate.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rate.seconds >= kMeasureSeconds) continue;
+    if (auto id = submit(static_cast<int>(r->user_data)); !id.ok()) return id.status();
+    ++outstanding;
+  }
+  rate.bytes_per_second = rate.seconds > 0 ? bytes / rate.seconds : 0;
+  return rate;
+}
+
+void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<ReadRate>& rate) {
+  if (!rate.ok()) {
+    f.Add("disk read", Level::kFail, std::string(rate.status().message()));
+    return;
+  }
+  f.Add("O_DIRECT", rate->direct ? Level::kOk : Level::kWarn,
+        rate->direct ? absl::StrCat("accepted for ", what)
+                     : absl::StrCat("refused for ", what,
+                                    " (tmpfs or a network file system?): reads go through the "
+                                    "page cache, which competes with the expert cache for RAM"));
+  const double gbps = rate->bytes_per_second / 1e9;
+  const bool small = rate->read_bytes < kReadBytes;
+  f.Add("disk read", gbps < 0.1 ? Level::kWarn : Level::kOk,
+        absl::StrFormat("%.2f GB/s (%s reads of %s, %d in flight, %.1f s, %s)%s", gbps,
+                        rate->direct ? "O_DIRECT" : "buffered", Gb(rate->read_bytes),
+                        kReadsInFlight, rate->seconds, rate->path,
+                        gbps < 0.1 ? ": slow, every token will wait for its experts"
+                        : small    ? ": a file this small may be served by the device's cache"
+                                   : ""));
+  f.extra()["o_direct"] = rate->direct;
+  f.extra()["read_bytes_per_second"] = rate->bytes_per_second;
+}
+
+// Where the demo model and caches live, else the current directory: the disk k3 would use.
+std::string ScratchDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg != nullptr && *xdg != '\0' ? std::string(xdg) + "/k3"
+                           : home != nullptr              ? std::string(home) + "/.cache/k3"
+                                                          : "";
+  return !base.empty() && io::IsDirectory(base) ? base : ".";
+}
+
+void CheckDisk(Findings& f, const Checkpoint* ckpt) {
+  if (ckpt != nullptr) {
+    const std::string shard = LargestShard(*ckpt);
+    ReportReads(f, ckpt->dir(), MeasureReads(shard));
+    return;
+  }
+  const std::string dir = ScratchDir();
+  auto scratch = WriteScratchFile(dir);
+  if (!scratch.ok()) {
+    f.Add("disk read", Level::kFail, std::string(scratch.status().message()));
+    return;
+  }
+  ReportReads(f, dir, MeasureReads(*scratch));
+  ::unlink(scratch->c_str());
+}
+
+uint64_t MemTotalBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(64, '\n');
+  }
+  return 0;
+}
+
+void CheckMachine(Findings& f, uint64_t available) {
+  const uint64_t total = MemTotalBytes();
+  f.Add("RAM", available > 0 ? Level::kOk : Level::kFail,
+        available > 0 ? absl::StrCat(Gb(total), " total, ", Gb(available), " available")
+                      : "cannot read MemAvailable from /proc/meminfo");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int usable = ::sched_getaffinity(0, sizeof(set), &set) == 0
+                         ? CPU_COUNT(&set)
+                         : static_cast<int>(std::thread::hardware_concurrency());
+  const std::string target(kernels::ActiveKernelTarget());
+  f.Add("CPU", Level::kOk,
+        absl::StrCat(usable, " cores usable (", std::thread::hardware_concurrency(),
+                     " online); kernels run ", target));
+  f.extra()["ram_total_bytes"] = total;
+  f.extra()["ram_available_bytes"] = available;
+  f.extra()["cores"] = usable;
+  f.extra()["simd_target"] = target;
+}
+
+// The largest preset whose budget fits in the RAM available now; "" when not even the minimum
+// (preset ultra) does.
+std::string RecommendPreset(Findings& f, const Checkpoint& ckpt, uint64_t available) {
+  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, /*prefill_chunk=*/64);
+  std::string best;
+  uint64_t best_budget = 0, minimum = 0;
+  for (const std::string& name : MemoryPresetNames()) {
+    if (name == "auto") continue;
+    auto plan = PlanMemory(fp, {.preset = name}, available);
+    if (!plan.ok()) continue;
+    minimum = plan->minimum_bytes;
+    if (plan->budget_bytes <= available && plan->budget_bytes >= best_budget) {
+      best = name;
+      best_budget = plan->budget_bytes;
+    }
+  }
+  if (best.empty()) {
+    f.Add("preset", Level::kFail,
+          absl::StrCat("the model needs at least ", Gb(minimum), " of RAM; ", Gb(available),
+                       " available"));
+  } else {
+    f.Add("preset", Level::kOk,
+          absl::StrCat(best, ": budget ", Gb(best_budget), ", the largest preset within the ",
+                       Gb(available), " available (k3 inspect lists them all)"));
+    f.extra()["recommended_preset"] = best;
+  }
+  return best;
+}
+
+std::string NextCommand(const Findings& f, const std::string& model, const std::string& preset) {
+  if (f.failed()) return "fix the FAIL above, then run k3 doctor again";
+  if (model.empty()) {
+    return "k3 generate --prompt \"The capital of France is\"   (the built-in demo model; "
+           "k3 doctor --model DIR recommends a preset for yours)";
+  }
+  // A checkpoint without a tokenizer (a test fixture) takes token ids only.
+  const std::string prompt = io::FileExists(model + "/tiktoken.model")
+                                 ? "--prompt \"The capital of France is\""
+                                 : "--ids 3,7,11";
+  return absl::StrCat("k3 generate --model ", Shell(model), " --preset ", preset, " ", prompt);
+}
+
+int Finish(Findings& f, const std::string& next) {
+  std::printf("\nnext: %s\n", next.c_str());
+  f.extra()["next_command"] = next;
+  if (const std::string path = absl::GetFlag(FLAGS_out_json); !path.empty()) {
+    if (absl::Status s = io::WriteFileAtomically(path, f.ToJson().dump(2) + "\n"); !s.ok()) {
+      return ReportError(kName, s);
+    }
+  }
+  if (!f.failed()) return kExitOk;
+  std::fprintf(stderr, "k3 doctor: %s\n", f.failure().c_str());
+  return kExitFailure;
+}
+
+int RunDoctor(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (!model.empty() && !io::FileExists(model + "/config.json")) {
+    return ReportError(
+        kName, absl::NotFoundError(absl::StrCat(
+                   "--model ", model, ": no config.json there (is it a model directory?)")));
+  }
+  Findings f;
+  std::unique_ptr<Checkpoint> ckpt;
+  if (!model.empty()) {
+    auto opened = Checkpoint::Open(model);
+    if (opened.ok()) {
+      ckpt = *std::move(opened);
+      f.Add("model", Level::kOk,
+            absl::StrCat(model, ": ", ckpt->shard_paths().size(), " files, ",
+                         Gb(ckpt->total_bytes())));
+    } else {
+      f.Add("model", Level::kFail, std::string(opened.status().message()));
+    }
+  }
+  CheckUring(f);
+  if (model.empty() || ckpt != nullptr) CheckDisk(f, ckpt.get());
+  const uint64_t available = AvailableRamBytes();
+  CheckMachine(f, available);
+  std::string preset;
+  if (ckpt != nullptr) preset = RecommendPreset(f, *ckpt, available);
+  return Finish(f, NextCommand(f, model, preset));
+}
+
+}  // namespace
+
+const Subcommand& DoctorCommand() {
+  static const Subcommand kCommand = {
+      kName,
+      "check this machine (io_uring, O_DIRECT, disk speed, RAM) and pick a memory preset",
+      "doctor [--model DIR] [--out-json FILE]",
+      "Checks what the engine depends on and prints one line per check: io_uring (else reads\n"
+      "use pread threads), O_DIRECT on the model's directory, the disk's read rate (random\n"
+      "16 MiB reads, 4 in flight, for 2.5 s, of the model's largest shard; without --model, of\n"
+      "a 128 MiB temp file written to the cache directory, or the current one, and deleted),\n"
+      "RAM total and available, usable cores and the SIMD target of the kernels. With --model\n"
+      "it also recommends the largest memory preset whose budget fits in the available RAM.\n"
+      "Ends with the command to run next. Exits 0 when everything works (warnings included),\n"
+      "1 when something essential fails (the model cannot be opened or read, or does not fit\n"
+      "in RAM even at preset ultra), with the reason on stderr.",
+      {"model", "out-json"},
+      RunDoctor};
+  return kCommand;
+}
+
+}  // namespace k3::cli

@@ -1,0 +1,152 @@
+#include "apps/engine_flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "apps/cli.h"
+#include "apps/flags.h"
+#include "core/synth.h"
+#include "io/fault_injection.h"
+#include "io/file.h"
+
+ABSL_FLAG(double, ram_gb, 0,
+          "RAM budget in GB for the whole engine (trunk, expert cache, state, buffers); output "
+          "is the same at any budget, only speed changes.");
+ABSL_FLAG(double, trunk_gb, 0, "Explicit split: GB of pinned trunk (with --cache-gb).");
+ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk-gb).");
+ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
+ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
+          "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
+          "their experts are prefetched (0 = off; default 2; a list where a command sweeps it).");
+ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
+ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
+ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
+ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
+ABSL_FLAG(std::string, cache_policy, "",
+          "Expert cache replacement policy (default: layer-reuse; see k3 cache-sim --help).");
+ABSL_FLAG(bool, no_overlap, false,
+          "Serial baseline: read all of a layer's experts, then compute; no lookahead. Same "
+          "output, for A/B measurements.");
+
+namespace k3::cli {
+
+const std::vector<std::string_view>& EngineFlagNames() {
+  static const std::vector<std::string_view> kNames = {
+      "model",          "ram-gb",        "preset",         "trunk-gb",      "cache-gb",
+      "trunk",          "queue-depth",   "prefetch-distance", "prefetch-width", "threads",
+      "prefill-chunk",  "max-context",   "cache-policy",   "storage-profile", "no-overlap"};
+  return kNames;
+}
+
+absl::StatusOr<std::vector<int>> ParseIntList(std::string_view flag,
+                                              const std::vector<std::string>& values, int min,
+                                              int max) {
+  std::vector<int> out;
+  for (const std::string& v : values) {
+    int x = 0;
+    if (!absl::SimpleAtoi(v, &x) || x < min || x > max) {
+      return absl::InvalidArgumentError(absl::StrCat("--", std::string(flag), " ", v,
+                                                     ": expected an integer in ", min, "..", max));
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ModelDirFromFlags() {
+  std::string dir = absl::GetFlag(FLAGS_model);
+  if (!dir.empty()) {
+    if (!io::FileExists(dir + "/config.json")) {
+      return absl::NotFoundError(
+          absl::StrCat("--model ", dir, ": no config.json there (is it a model directory?)"));
+    }
+    return dir;
+  }
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg != nullptr && *xdg != '\0' ? xdg
+                           : home != nullptr              ? std::string(home) + "/.cache"
+                                                          : "/tmp";
+  dir = base + "/k3/demo-model";
+  if (io::FileExists(dir + "/config.json")) return dir;
+  std::fprintf(stderr, "k3: synthesising the built-in demo model into %s (once)\n", dir.c_str());
+  SynthOptions opt;
+  opt.preset = "demo";
+  opt.out_dir = dir;
+  opt.router_skew = 1.0;
+  opt.show_progress = ShowProgress();
+  auto r = Synthesize(opt);
+  if (!r.ok()) return r.status();
+  return dir;
+}
+
+namespace {
+
+absl::StatusOr<int> OneInt(std::string_view flag, const std::vector<std::string>& values,
+                           int fallback, int min, int max) {
+  if (values.empty()) return fallback;
+  if (values.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", std::string(flag), ": give one value here (lists are for k3 bench)"));
+  }
+  auto v = ParseIntList(flag, values, min, max);
+  if (!v.ok()) return v.status();
+  return v->front();
+}
+
+}  // namespace
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  EngineOptions o;
+  auto dir = ModelDirFromFlags();
+  if (!dir.ok()) return dir.status();
+  o.model_dir = *dir;
+  o.trunk_dir = absl::GetFlag(FLAGS_trunk);
+  o.memory.ram_gb = absl::GetFlag(FLAGS_ram_gb);
+  o.memory.preset = absl::GetFlag(FLAGS_preset);
+  o.memory.trunk_gb = absl::GetFlag(FLAGS_trunk_gb);
+  o.memory.cache_gb = absl::GetFlag(FLAGS_cache_gb);
+  if (o.memory.ram_gb < 0) return absl::InvalidArgumentError("--ram-gb must be positive");
+  if (o.memory.trunk_gb < 0 || o.memory.cache_gb < 0) {
+    return absl::InvalidArgumentError("--trunk-gb and --cache-gb must be positive");
+  }
+  auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), 32, 1, 4096);
+  if (!qd.ok()) return qd.status();
+  o.queue_depth = *qd;
+  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 2, 0, 64);
+  if (!dist.ok()) return dist.status();
+  o.prefetch_distance = *dist;
+  o.prefetch_width = absl::GetFlag(FLAGS_prefetch_width);
+  if (o.prefetch_width < 0) return absl::InvalidArgumentError("--prefetch-width must be >= 0");
+  o.threads = absl::GetFlag(FLAGS_threads);
+  if (o.threads < 0 || o.threads > 1024) {
+    return absl::InvalidArgumentError("--threads must be in 0..1024");
+  }
+  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+  o.max_context = absl::GetFlag(FLAGS_max_context);
+  if (o.max_context < 1) return absl::InvalidArgumentError("--max-context must be >= 1");
+  o.cache_policy = absl::GetFlag(FLAGS_cache_policy);
+  o.overlap = !absl::GetFlag(FLAGS_no_overlap);
+  const std::vector<std::string> profiles = absl::GetFlag(FLAGS_storage_profile);
+  if (profiles.size() > 1) {
+    return absl::InvalidArgumentError(
+        "--storage-profile: give one profile here (lists are for k3 bench)");
+  }
+  if (!profiles.empty()) o.storage_profile = profiles.front();
+  o.show_progress = ShowProgress();
+  // Fault injection for reliability tests and soak runs (docs/RELIABILITY.md); announced, so a
+  // user never runs with it unknowingly.
+  if (const char* spec = std::getenv("K3_FAULTS"); spec != nullptr && *spec != '\0') {
+    auto plan = io::FaultPlan::Parse(spec);
+    if (!plan.ok()) return absl::InvalidArgumentError(absl::StrCat("K3_FAULTS: ", plan.status().message()));
+    o.faults = *std::move(plan);
+    std::fprintf(stderr, "k3: K3_FAULTS is set: injecting read faults (%s)\n", spec);
+  }
+  return o;
+}
+
+}  // namespace k3::cli

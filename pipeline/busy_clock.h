@@ -1,0 +1,36 @@
+// Wall time during which at least one of several overlapping activities was going on: the
+// disk (some read in flight) or the compute (some expert multiplying). Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+
+namespace k3 {
+
+class BusyClock {
+ public:
+  void Start() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_++ == 0) since_ = Clock::now();
+  }
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--active_ == 0) busy_ += Clock::now() - since_;
+  }
+  // Busy seconds so far, the current busy stretch included.
+  double seconds() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    Clock::duration total = busy_;
+    if (active_ > 0) total += Clock::now() - since_;
+    return std::chrono::duration<double>(total).count();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  mutable std::mutex mu_;
+  int active_ = 0;
+  Clock::time_point since_;
+  Clock::duration busy_{};
+};
+
+}  // namespace k3

@@ -1,0 +1,504 @@
+#include "pipeline/expert_stream.h"
+
+#include <tbb/flow_graph.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/model/weights.h"
+#include "kernels/model_ops.h"
+
+namespace k3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// How long a demand waits for a cache slot when every slot is pinned or being filled (only
+// prefetches can hold slots then, and those complete or are cancelled).
+constexpr absl::Duration kSlotWait = absl::Seconds(60);
+
+}  // namespace
+
+StreamingExpertProvider::StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk,
+                                                 ExpertCache& cache, io::ReadEngine& engine,
+                                                 std::vector<io::FileId> files, BusyClock& disk,
+                                                 const ExpertStreamOptions& options)
+    : ckpt_(ckpt),
+      trunk_(trunk),
+      cache_(cache),
+      engine_(engine),
+      files_(std::move(files)),
+      disk_(disk),
+      options_(options) {
+  for (int d = 1; d <= options_.prefetch_distance; ++d) accuracy_.push_back({.distance = d});
+}
+
+StreamingExpertProvider::~StreamingExpertProvider() {
+  engine_.CancelPrefetches();
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return pending_.empty(); });
+}
+
+std::span<const uint8_t> StreamingExpertProvider::InSlot(const ExpertKey& key,
+                                                         std::span<uint8_t> slot) const {
+  const ExpertLocation& loc = ckpt_.expert(key.layer, key.expert);
+  const uint64_t head = loc.contiguous() ? loc.spans[0].offset % io::kDirectAlignment : 0;
+  return slot.subspan(head, loc.total_bytes);
+}
+
+size_t StreamingExpertProvider::MaxBatch() const {
+  return static_cast<size_t>(std::max<int64_t>(1, cache_.slots()));
+}
+
+// ---- reads ----------------------------------------------------------------------------------
+
+void StreamingExpertProvider::SubmitRead(const ExpertKey& key, std::span<uint8_t> slot,
+                                         bool prefetch) {
+  const ExpertLocation& loc = ckpt_.expert(key.layer, key.expert);
+  Pending& p = pending_[key];
+  p.prefetch = prefetch;
+  p.slot = slot;
+  if (!loc.contiguous()) {
+    p.id = 0;  // read synchronously by the caller (Demand), outside the lock
+    return;
+  }
+  const ByteSpan& span = loc.spans[0];
+  io::ReadRequest request{
+      .file = files_[span.shard],
+      .offset = span.offset,
+      .length = span.length,
+      .buffer = slot,
+      .priority = prefetch ? io::Priority::kPrefetch : io::Priority::kDemand,
+      .user_data = 0,
+      .on_complete = [this, key](io::ReadResult r) { OnRead(key, std::move(r)); }};
+  disk_.Start();
+  auto id = engine_.Submit(std::move(request));
+  if (id.ok()) {
+    p.id = *id;
+    return;
+  }
+  // Refused at once (e.g. the file shrank below the expert): fail like a read would.
+  disk_.Stop();
+  pending_.erase(key);
+  (void)cache_.Abandon(key);
+  if (!prefetch && error_.ok()) error_ = id.status();
+}
+
+void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result) {
+  absl::Status status = result.status;
+  if (status.ok()) status = CheckExpertBytes(ckpt_, key.layer, key.expert, result.data);
+  std::vector<size_t> handoff;
+  std::function<void(size_t, bool)> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(key);
+    Pending& p = it->second;
+    if (p.prefetch) prefetch_bytes_in_flight_ -= ExpertBytes();
+    if (!status.ok() && absl::IsCancelled(status) && p.demanded) {
+      // A prefetch cancelled just as a demand attached to it: read it again, as a demand.
+      std::vector<size_t> waiters = std::move(p.waiters);
+      const std::span<uint8_t> slot = p.slot;
+      pending_.erase(it);
+      disk_.Stop();
+      SubmitRead(key, slot, /*prefetch=*/false);
+      if (auto again = pending_.find(key); again != pending_.end()) {
+        again->second.demanded = true;
+        again->second.waiters = std::move(waiters);
+        return;
+      }
+      for (size_t i : waiters) wants_[i].state = WantState::kFailed;
+      handoff = waiters;
+      notify = notify_;
+    } else {
+      const bool ok = status.ok();
+      if (ok) {
+        (void)cache_.MarkFilled(key);
+        if (p.prefetch && !p.demanded) prefetched_unused_.insert(key);
+      } else {
+        (void)cache_.Abandon(key);  // frees the slot and its pins
+        // A failed guess costs nothing; the demand, if it comes, reads again.
+        if (p.demanded && error_.ok()) error_ = status;
+      }
+      for (size_t i : p.waiters) {
+        wants_[i].state = ok ? WantState::kReady : WantState::kFailed;
+        if (ok) wants_[i].bytes = result.data;
+      }
+      handoff = std::move(p.waiters);
+      notify = notify_;
+      pending_.erase(it);
+      disk_.Stop();
+    }
+  }
+  changed_.notify_all();
+  if (notify) {
+    for (size_t i : handoff) notify(i, wants_[i].state == WantState::kReady);
+  }
+}
+
+// ---- demand ---------------------------------------------------------------------------------
+
+// Returns false when the caller must ask the cache again (a fill finished in between).
+bool StreamingExpertProvider::DemandLocked(size_t i, const CacheGrant& grant) {
+  Want& w = wants_[i];
+  switch (grant.outcome) {
+    case CacheOutcome::kHit:
+      ++metrics_.cache_hits;
+      if (prefetched_unused_.erase(w.key) > 0) metrics_.expert_prefetch_used_bytes += ExpertBytes();
+      w.state = WantState::kReady;
+      w.bytes = InSlot(w.key, grant.bytes);
+      return true;
+    case CacheOutcome::kInFlight: {
+      auto it = pending_.find(w.key);
+      if (it == pending_.end() || !cache_.Pin(w.key).ok()) return false;
+      Pending& p = it->second;
+      if (p.prefetch && !p.demanded) {
+        ++metrics_.cache_hits;  // no demand read: the guess was already on its way
+        metrics_.expert_prefetch_used_bytes += ExpertBytes();
+      }
+      p.demanded = true;
+      p.waiters.push_back(i);
+      return true;
+    }
+    case CacheOutcome::kFill:
+      ++metrics_.experts_demand_read;
+      metrics_.expert_demand_bytes += ExpertBytes();
+      SubmitRead(w.key, grant.bytes, /*prefetch=*/false);
+      if (auto it = pending_.find(w.key); it != pending_.end()) {
+        it->second.demanded = true;
+        it->second.waiters.push_back(i);
+      } else {
+        w.state = WantState::kFailed;
+      }
+      return true;
+  }
+  return true;
+}
+
+void StreamingExpertProvider::Demand(size_t i) {
+  const ExpertKey key = wants_[i].key;
+  const CacheRequest now{.kind = RequestKind::kDemand, .pin = true};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.cache_requests;
+  }
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    absl::StatusOr<CacheGrant> grant;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      grant = cache_.Request(key, now);
+      if (grant.ok()) {
+        if (DemandLocked(i, *grant)) break;
+        continue;
+      }
+      if (!absl::IsResourceExhausted(grant.status())) {
+        if (error_.ok()) error_ = grant.status();
+        wants_[i].state = WantState::kFailed;
+        return;
+      }
+    }
+    // Every slot is pinned or being filled: drop the guesses and wait for a slot.
+    engine_.CancelPrefetches();
+    CacheRequest wait = now;
+    wait.wait_for_slot = kSlotWait;
+    grant = cache_.Request(key, wait);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!grant.ok()) {
+      if (error_.ok()) {
+        error_ = absl::ResourceExhaustedError(absl::StrCat(
+            "no expert cache slot for ", key.ToString(), " within ", absl::FormatDuration(kSlotWait),
+            ": ", grant.status().message()));
+      }
+      wants_[i].state = WantState::kFailed;
+      return;
+    }
+    if (DemandLocked(i, *grant)) break;
+  }
+  // An expert split across the file (not the release layout): read it here, synchronously.
+  std::span<uint8_t> slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(key);
+    if (it == pending_.end() || it->second.id != 0 || it->second.prefetch) return;
+    slot = it->second.slot;
+  }
+  const ExpertLocation& loc = ckpt_.expert(key.layer, key.expert);
+  io::ReadResult r;
+  uint64_t at = 0;
+  disk_.Start();
+  for (const ByteSpan& s : loc.spans) {
+    if (r.status = ckpt_.ReadSpan(s, slot.subspan(at, s.length)); !r.status.ok()) break;
+    at += s.length;
+  }
+  if (r.status.ok()) r.data = slot.subspan(0, loc.total_bytes);
+  OnRead(key, std::move(r));
+}
+
+void StreamingExpertProvider::StartBatch(int64_t layer, std::span<const int32_t> experts) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wants_.clear();
+    for (int32_t e : experts) {
+      Want w;
+      w.key = {static_cast<int32_t>(layer), e};
+      wants_.push_back(w);
+    }
+    error_ = absl::OkStatus();
+    batch_end_ = std::min(experts.size(), MaxBatch());
+  }
+  for (size_t i = 0; i < batch_end_; ++i) Demand(i);
+}
+
+void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t> experts) {
+  const auto t0 = Clock::now();
+  ScorePredictions(layer, experts);
+  if (options_.overlap) StartBatch(layer, experts);
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.fetch_seconds += Since(t0);
+}
+
+// ---- compute --------------------------------------------------------------------------------
+
+absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t first,
+                                               const std::function<void()>& alongside) {
+  using Arrivals = tbb::flow::async_node<size_t, size_t>;
+  const ModelConfig& config = ckpt_.config();
+  BusyClock compute;
+  const auto t0 = Clock::now();
+  tbb::flow::graph g;
+  Arrivals::gateway_type* gateway = nullptr;
+  std::vector<bool> waiting(batch_end_, false);
+  // Stage B: multiply each expert as soon as its bytes are in.
+  tbb::flow::function_node<size_t> multiply(g, tbb::flow::unlimited, [&](size_t i) {
+    compute.Start();
+    const Want& w = wants_[i];
+    use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
+    compute.Stop();
+  });
+  // Stage A's completions: hits pass at once, the others when their read lands (OnRead).
+  Arrivals arrivals(g, tbb::flow::unlimited, [&](size_t i, Arrivals::gateway_type& gw) {
+    std::unique_lock<std::mutex> lock(mu_);
+    gateway = &gw;
+    if (wants_[i].state == WantState::kWaiting) {
+      gw.reserve_wait();
+      waiting[i] = true;
+    } else if (wants_[i].state == WantState::kReady) {
+      lock.unlock();
+      gw.try_put(i);
+    }
+  });
+  tbb::flow::make_edge(arrivals, multiply);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = [&](size_t i, bool ok) {
+      if (i < first || i >= waiting.size() || !waiting[i]) return;
+      if (ok) gateway->try_put(i);
+      gateway->release_wait();
+    };
+  }
+  // Stage C's part in the layer: the shared experts, while the reads are in flight.
+  tbb::flow::function_node<int> side(g, 1, [&](int) {
+    compute.Start();
+    alongside();
+    compute.Stop();
+  });
+  if (alongside) side.try_put(0);
+  for (size_t i = first; i < batch_end_; ++i) arrivals.try_put(i);
+  g.wait_for_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  notify_ = nullptr;
+  metrics_.io_wait_seconds += std::max(0.0, Since(t0) - compute.seconds());
+  metrics_.expert_compute_seconds += compute.seconds();
+  return error_;
+}
+
+absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_t first,
+                                                     const std::function<void()>& alongside) {
+  const auto t0 = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] {
+      for (size_t i = first; i < batch_end_; ++i) {
+        if (wants_[i].state == WantState::kWaiting) return false;
+      }
+      return true;
+    });
+    metrics_.io_wait_seconds += Since(t0);
+    if (!error_.ok()) return error_;
+  }
+  const ModelConfig& config = ckpt_.config();
+  const auto t1 = Clock::now();
+  for (size_t i = first; i < batch_end_; ++i) {
+    const Want& w = wants_[i];
+    use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
+  }
+  if (alongside) alongside();
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.expert_compute_seconds += Since(t1);
+  return absl::OkStatus();
+}
+
+void StreamingExpertProvider::ReleaseBatch() {
+  for (const Want& w : wants_) {
+    if (w.state == WantState::kReady) (void)cache_.Unpin(w.key);
+  }
+}
+
+absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer,
+                                                    std::span<const int32_t> experts,
+                                                    const ExpertUse& use,
+                                                    const std::function<void()>& alongside) {
+  if (!options_.overlap) {
+    const auto t0 = Clock::now();
+    StartBatch(layer, experts);
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.fetch_seconds += Since(t0);
+  }
+  absl::Status status;
+  for (size_t first = 0; status.ok() && first < experts.size();) {
+    if (first > 0) {  // a later batch (a prefill union larger than the cache)
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        batch_end_ = std::min(experts.size(), first + MaxBatch());
+      }
+      for (size_t i = first; i < batch_end_; ++i) Demand(i);
+    }
+    const bool last = batch_end_ == experts.size();
+    const std::function<void()> side = first == 0 && options_.overlap ? alongside
+                                       : last && !options_.overlap    ? alongside
+                                                                      : nullptr;
+    status = options_.overlap ? RunBatch(use, first, side) : RunBatchSerial(use, first, side);
+    for (size_t i = first; i < batch_end_; ++i) {
+      if (wants_[i].state == WantState::kReady) (void)cache_.Unpin(wants_[i].key);
+    }
+    first = batch_end_;
+  }
+  if (!status.ok()) {
+    // Reads of this layer still landing keep their slots; wait so nothing outlives the call.
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] {
+      for (const Want& w : wants_) {
+        if (w.state == WantState::kWaiting && pending_.contains(w.key)) return false;
+      }
+      return true;
+    });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  wants_.clear();
+  return status;
+}
+
+// ---- lookahead ------------------------------------------------------------------------------
+
+void StreamingExpertProvider::ScorePredictions(int64_t layer, std::span<const int32_t> experts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = predictions_.find(layer);
+  if (it != predictions_.end()) {
+    absl::flat_hash_set<int32_t> actual(experts.begin(), experts.end()), any;
+    for (const auto& [distance, predicted] : it->second) {
+      PrefetchAccuracy& a = accuracy_[distance - 1];
+      a.predicted += predicted.size();
+      a.actual += actual.size();
+      for (int32_t e : predicted) {
+        a.correct += actual.contains(e);
+        any.insert(e);
+      }
+    }
+    metrics_.prefetch_predicted += any.size();
+    metrics_.routed_experts += actual.size();
+    for (int32_t e : any) metrics_.prefetch_correct += actual.contains(e);
+  }
+  predictions_.erase(predictions_.begin(), predictions_.upper_bound(layer));
+}
+
+void StreamingExpertProvider::CancelStalePrefetches(int64_t layer) {
+  std::vector<io::ReadId> stale;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, p] : pending_) {
+      if (p.prefetch && !p.demanded && key.layer < layer && p.id != 0) stale.push_back(p.id);
+    }
+  }
+  for (io::ReadId id : stale) engine_.Cancel(id);
+}
+
+void StreamingExpertProvider::TryPrefetch(const ExpertKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.contains(key) || cache_.Contains(key)) return;
+  if (!ckpt_.expert(key.layer, key.expert).contiguous()) return;
+  if (prefetch_bytes_in_flight_ + ExpertBytes() > options_.prefetch_cap_bytes) return;
+  // Leave room for the next layer's demands: guesses never take the last top-k slots.
+  const CacheStats s = cache_.stats();
+  if (s.pinned_slots + s.filling_slots + ckpt_.config().num_experts_per_token >= s.slots) return;
+  auto grant = cache_.Request(key, {.kind = RequestKind::kPrefetch, .pin = false});
+  if (!grant.ok() || grant->outcome != CacheOutcome::kFill) return;
+  prefetch_bytes_in_flight_ += ExpertBytes();
+  SubmitRead(key, grant->bytes, /*prefetch=*/true);
+  if (!pending_.contains(key)) prefetch_bytes_in_flight_ -= ExpertBytes();
+}
+
+void StreamingExpertProvider::Predict(int64_t layer, int distance, std::span<const float> x,
+                                      size_t tokens) {
+  const ModelConfig& c = ckpt_.config();
+  const MoeWeights& w = trunk_.layers[layer].moe;
+  const size_t experts = c.num_experts;
+  const size_t width = std::min<size_t>(
+      experts, options_.prefetch_width > 0 ? options_.prefetch_width : c.num_experts_per_token);
+  std::vector<float> logits(tokens * experts);
+  MatMul(w.router, x, tokens, logits);
+  // The union over the chunk's tokens, best-scored first within each token.
+  std::vector<int32_t> predicted;
+  absl::flat_hash_set<int32_t> seen;
+  std::vector<kernels::RoutedExpert> top;
+  for (size_t t = 0; t < tokens; ++t) {
+    kernels::RouteTopK(std::span<const float>(logits).subspan(t * experts, experts), w.router_bias,
+                       width, false, 1.0f, top);
+    for (const auto& r : top) {
+      if (seen.insert(r.expert).second) predicted.push_back(r.expert);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    predictions_[layer][distance] = predicted;
+  }
+  for (int32_t e : predicted) TryPrefetch({static_cast<int32_t>(layer), e});
+}
+
+void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x, size_t tokens) {
+  if (!options_.overlap || options_.prefetch_distance == 0) return;
+  const auto t0 = Clock::now();
+  CancelStalePrefetches(layer);
+  const ModelConfig& c = ckpt_.config();
+  for (int d = 1; d <= options_.prefetch_distance; ++d) {
+    const int64_t target = layer + d;
+    if (target >= c.num_layers) break;
+    if (!c.is_dense(target)) Predict(target, d, x, tokens);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.lookahead_seconds += Since(t0);
+}
+
+// ---- figures --------------------------------------------------------------------------------
+
+void StreamingExpertProvider::TakeMetrics(StepMetrics& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ExpertKey> gone;
+  for (const ExpertKey& k : prefetched_unused_) {
+    if (!cache_.Contains(k)) gone.push_back(k);
+  }
+  for (const ExpertKey& k : gone) prefetched_unused_.erase(k);
+  metrics_.expert_prefetch_wasted_bytes += gone.size() * ExpertBytes();
+  m.Add(metrics_);
+  metrics_ = {};
+}
+
+std::vector<PrefetchAccuracy> StreamingExpertProvider::accuracy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accuracy_;
+}
+
+}  // namespace k3

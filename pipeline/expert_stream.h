@@ -1,0 +1,126 @@
+// The streaming expert provider: routed experts come from the expert cache, and misses are
+// read with io_uring straight into cache slots. Per MoE layer (DESIGN.md section 4):
+//
+//   StartFetch   demand reads for the layer's experts that are not resident, issued as soon
+//                as the router has chosen (the model computes the latent projection meanwhile)
+//   ForEachExpert  a TBB flow graph: an async node receives each expert as its read completes
+//                (or at once for hits) and a function node multiplies it into its own output
+//                slot; the shared experts run as a third node alongside
+//   Lookahead    at layer l, the routers of l+1..l+D run on l's hidden state and their
+//                predicted experts are read at prefetch priority, within a cap on prefetch
+//                bytes in flight and on cache slots; predictions for layers already passed
+//                are cancelled
+//
+// With overlap off (the serial baseline) a layer's reads start only at ForEachExpert, all of
+// them complete before the first multiply, the shared experts run last, and nothing is
+// prefetched. Arithmetic is the same either way: each expert's result has its own slot and the
+// model sums them in a fixed order.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "core/checkpoint.h"
+#include "core/model/expert_provider.h"
+#include "core/model/weights.h"
+#include "io/read_engine.h"
+#include "pipeline/busy_clock.h"
+#include "pipeline/cache/expert_cache.h"
+#include "pipeline/engine.h"
+
+namespace k3 {
+
+struct ExpertStreamOptions {
+  bool overlap = true;
+  int prefetch_distance = 0;        // 0 = no lookahead
+  int prefetch_width = 0;           // experts predicted per layer and token (0 = top-k)
+  uint64_t prefetch_cap_bytes = 0;  // prefetch bytes in flight at once
+};
+
+class StreamingExpertProvider : public ExpertProvider {
+ public:
+  // `trunk` supplies every layer's router (resident whatever the plan); `files` are the read
+  // engine's ids of the checkpoint's shards, in shard order; `disk` is told about every read.
+  StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk, ExpertCache& cache,
+                          io::ReadEngine& engine, std::vector<io::FileId> files, BusyClock& disk,
+                          const ExpertStreamOptions& options);
+  // Cancels prefetches and waits for every read still landing in a cache slot.
+  ~StreamingExpertProvider() override;
+
+  void Lookahead(int64_t layer, std::span<const float> x, size_t tokens) override;
+  void StartFetch(int64_t layer, std::span<const int32_t> experts) override;
+  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts, const ExpertUse& use,
+                             const std::function<void()>& alongside) override;
+
+  // Adds the figures since the last call to `m` (expert bytes, cache, stall, prefetch).
+  void TakeMetrics(StepMetrics& m);
+  std::vector<PrefetchAccuracy> accuracy() const;
+
+ private:
+  enum class WantState { kWaiting, kReady, kFailed };
+  // One expert of the batch being computed.
+  struct Want {
+    ExpertKey key;
+    WantState state = WantState::kWaiting;
+    std::span<const uint8_t> bytes;  // the expert inside its cache slot, once ready
+  };
+  // A read in flight into a cache slot.
+  struct Pending {
+    io::ReadId id = 0;
+    bool prefetch = false;
+    bool demanded = false;          // a demand is waiting on it (never cancel)
+    std::vector<size_t> waiters;    // indices into wants_
+    std::span<uint8_t> slot;
+  };
+
+  uint64_t ExpertBytes() const { return ckpt_.config().expert_bytes(); }
+  std::span<const uint8_t> InSlot(const ExpertKey& key, std::span<uint8_t> slot) const;
+  // Starts the demand for wants_[i]; may wait for a slot. Returns false on a hard error.
+  void Demand(size_t i);
+  bool DemandLocked(size_t i, const CacheGrant& grant);
+  void SubmitRead(const ExpertKey& key, std::span<uint8_t> slot, bool prefetch);
+  void OnRead(const ExpertKey& key, io::ReadResult result);
+  void Finish(size_t i, bool ok, std::span<const uint8_t> bytes);
+  void StartBatch(int64_t layer, std::span<const int32_t> experts);
+  absl::Status RunBatch(const ExpertUse& use, size_t first, const std::function<void()>& alongside);
+  absl::Status RunBatchSerial(const ExpertUse& use, size_t first,
+                              const std::function<void()>& alongside);
+  void ReleaseBatch();
+  void ScorePredictions(int64_t layer, std::span<const int32_t> experts);
+  void Predict(int64_t layer, int distance, std::span<const float> x, size_t tokens);
+  void TryPrefetch(const ExpertKey& key);
+  void CancelStalePrefetches(int64_t layer);
+  size_t MaxBatch() const;
+
+  const Checkpoint& ckpt_;
+  const TrunkWeights& trunk_;
+  ExpertCache& cache_;
+  io::ReadEngine& engine_;
+  const std::vector<io::FileId> files_;
+  BusyClock& disk_;
+  const ExpertStreamOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a want finished; the last read landed
+  std::vector<Want> wants_;
+  size_t batch_end_ = 0;
+  absl::Status error_;  // first failed read of the batch
+  // Hands a finished want to the flow graph (set while ForEachExpert runs).
+  std::function<void(size_t, bool)> notify_;
+  absl::flat_hash_map<ExpertKey, Pending> pending_;
+  absl::flat_hash_set<ExpertKey> prefetched_unused_;
+  uint64_t prefetch_bytes_in_flight_ = 0;
+  // predictions_[layer][distance]: experts predicted for `layer` from `distance` layers before.
+  std::map<int64_t, std::map<int, std::vector<int32_t>>> predictions_;
+  std::vector<PrefetchAccuracy> accuracy_;
+  StepMetrics metrics_;  // since the last TakeMetrics
+};
+
+}  // namespace k3

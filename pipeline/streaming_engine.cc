@@ -1,0 +1,216 @@
+// Engine::Open: wires the checkpoint, the memory plan, the pinned trunk, the expert cache, the
+// read engine, the streaming expert provider and the trunk streamer into a Model.
+#include <tbb/global_control.h>
+#include <tbb/info.h>
+
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "core/model/model.h"
+#include "core/progress.h"
+#include "core/trunk_pack.h"
+#include "pipeline/cache/policy.h"
+#include "pipeline/engine.h"
+#include "pipeline/expert_stream.h"
+#include "pipeline/trunk_stream.h"
+
+namespace k3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class StreamingEngine : public Engine {
+ public:
+  ~StreamingEngine() override {
+    // Order matters: the users of the read engine go first, the memory reads land in last.
+    model_.reset();
+    streamer_.reset();
+    provider_.reset();
+    reads_.reset();
+    cache_.reset();
+  }
+
+  const Checkpoint& checkpoint() const override { return *ckpt_; }
+  const ModelConfig& config() const override { return ckpt_->config(); }
+  const MemoryPlan& plan() const override { return plan_; }
+  const EngineOptions& options() const override { return options_; }
+  SequenceState NewState() const override { return SequenceState(config()); }
+  std::vector<PrefetchAccuracy> prefetch_accuracy() const override {
+    return provider_->accuracy();
+  }
+
+  nlohmann::json Settings() const override {
+    return {{"model", options_.model_dir},
+            {"trunk_pack", options_.trunk_dir},
+            {"memory", plan_.source},
+            {"budget_bytes", plan_.budget_bytes},
+            {"cache_bytes", plan_.cache_bytes},
+            {"cache_slots", plan_.cache_slots},
+            {"pinned_trunk_bytes", plan_.pinned_trunk_bytes},
+            {"streamed_layers", plan_.streamed_layers()},
+            {"ring_slots", plan_.ring_slots},
+            {"cache_policy", std::string(cache_->policy_name())},
+            {"queue_depth", options_.queue_depth},
+            {"prefetch_distance", options_.overlap ? options_.prefetch_distance : 0},
+            {"prefetch_width", prefetch_width_},
+            {"prefetch_cap_bytes", prefetch_cap_},
+            {"threads", threads_},
+            {"overlap", options_.overlap},
+            {"prefill_chunk", options_.prefill_chunk},
+            {"storage_profile", options_.storage_profile},
+            {"io_backend", std::string(reads_->backend_name())},
+            {"direct_io", options_.direct_io}};
+  }
+
+  absl::Status Prefill(std::span<const int32_t> ids, SequenceState& state,
+                       std::vector<float>& logits, StepMetrics* metrics) override {
+    for (size_t at = 0; at < ids.size(); at += options_.prefill_chunk) {
+      const size_t n = std::min<size_t>(options_.prefill_chunk, ids.size() - at);
+      if (auto s = Forward(ids.subspan(at, n), state, false, logits, metrics); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Decode(int32_t id, SequenceState& state, std::vector<float>& logits,
+                      StepMetrics* metrics) override {
+    return Forward({&id, 1}, state, false, logits, metrics);
+  }
+
+  absl::Status Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
+                       std::vector<float>& logits, StepMetrics* metrics) override {
+    const auto t0 = Clock::now();
+    const double busy0 = disk_.seconds();
+    absl::Status s = model_->Forward(ids, state, all_positions, logits);
+    StepMetrics m;
+    provider_->TakeMetrics(m);
+    streamer_->TakeMetrics(m);
+    m.tokens = static_cast<int64_t>(ids.size());
+    m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    m.disk_busy_seconds = disk_.seconds() - busy0;
+    if (metrics != nullptr) metrics->Add(m);
+    return s;
+  }
+
+  absl::Status Init(const EngineOptions& options);
+
+ private:
+  absl::Status LoadPinnedTrunk();
+  absl::Status OpenReads(const ModelFootprint& footprint);
+
+  EngineOptions options_;
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<TrunkPack> pack_;
+  MemoryPlan plan_;
+  int threads_ = 0;
+  int prefetch_width_ = 0;
+  uint64_t prefetch_cap_ = 0;
+  std::unique_ptr<tbb::global_control> limit_;
+  std::unique_ptr<TrunkWeights> trunk_;
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<io::ReadEngine> reads_;
+  std::vector<io::FileId> shard_files_;
+  io::FileId pack_file_ = -1;
+  BusyClock disk_;
+  std::unique_ptr<StreamingExpertProvider> provider_;
+  std::unique_ptr<TrunkStreamer> streamer_;
+  std::unique_ptr<Model> model_;
+};
+
+absl::Status StreamingEngine::LoadPinnedTrunk() {
+  std::optional<ProgressBar> bar;
+  auto trunk = LoadTrunkWeights(
+      *ckpt_,
+      [&](uint64_t done, uint64_t total) {
+        if (!bar) {
+          bar.emplace("loading trunk", total, "B", options_.show_progress && total > (256u << 20));
+        }
+        bar->Update(done);
+      },
+      &plan_.pinned);
+  if (bar) bar->Finish();
+  if (!trunk.ok()) return trunk.status();
+  trunk_ = *std::move(trunk);
+  return absl::OkStatus();
+}
+
+absl::Status StreamingEngine::OpenReads(const ModelFootprint& footprint) {
+  auto policy = MakePolicy(options_.cache_policy.empty() ? kDefaultPolicy : options_.cache_policy,
+                           {.capacity = plan_.cache_slots,
+                            .num_layers = static_cast<int32_t>(config().num_layers)});
+  if (!policy.ok()) return policy.status();
+  auto cache = ExpertCache::Create(
+      {.budget_bytes = plan_.cache_bytes, .slot_bytes = footprint.expert_slot_bytes}, *std::move(policy));
+  if (!cache.ok()) return cache.status();
+  cache_ = *std::move(cache);
+  auto profile = io::ParseStorageProfile(options_.storage_profile);
+  if (!profile.ok()) return profile.status();
+  io::EngineOptions io_options;
+  io_options.queue_depth = options_.queue_depth;
+  io_options.direct = options_.direct_io;
+  io_options.profile = *profile;
+  io_options.arena = cache_->arena();
+  io_options.faults = options_.faults;
+  auto reads = io::ReadEngine::Create(io_options);
+  if (!reads.ok()) return reads.status();
+  reads_ = *std::move(reads);
+  for (const std::string& path : ckpt_->shard_paths()) {
+    auto id = reads_->OpenFile(path);
+    if (!id.ok()) return id.status();
+    shard_files_.push_back(*id);
+  }
+  if (pack_ != nullptr) {
+    auto id = reads_->OpenFile(pack_->pack_path());
+    if (!id.ok()) return id.status();
+    pack_file_ = *id;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamingEngine::Init(const EngineOptions& options) {
+  options_ = options;
+  auto ckpt = Checkpoint::Open(options.model_dir);
+  if (!ckpt.ok()) return ckpt.status();
+  ckpt_ = *std::move(ckpt);
+  if (!options.trunk_dir.empty()) {
+    auto pack = TrunkPack::Open(options.trunk_dir, *ckpt_);
+    if (!pack.ok()) return pack.status();
+    pack_ = *std::move(pack);
+  }
+  const ModelFootprint footprint =
+      MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk);
+  auto plan = PlanMemory(footprint, options.memory, AvailableRamBytes());
+  if (!plan.ok()) return plan.status();
+  plan_ = *std::move(plan);
+  threads_ = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                 threads_);
+  if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
+  if (absl::Status s = OpenReads(footprint); !s.ok()) return s;
+  prefetch_width_ = options.prefetch_width > 0 ? options.prefetch_width
+                                               : static_cast<int>(config().num_experts_per_token);
+  prefetch_cap_ = static_cast<uint64_t>(options.prefetch_cap_fraction * plan_.cache_bytes);
+  ExpertStreamOptions stream;
+  stream.overlap = options.overlap;
+  stream.prefetch_distance = options.prefetch_distance;
+  stream.prefetch_width = prefetch_width_;
+  stream.prefetch_cap_bytes = prefetch_cap_;
+  provider_ = std::make_unique<StreamingExpertProvider>(*ckpt_, *trunk_, *cache_, *reads_,
+                                                        shard_files_, disk_, stream);
+  auto streamer = TrunkStreamer::Create(*ckpt_, *trunk_, pack_.get(), *reads_, shard_files_,
+                                        pack_file_, std::max(2, plan_.ring_slots), disk_);
+  if (!streamer.ok()) return streamer.status();
+  streamer_ = *std::move(streamer);
+  model_ = std::make_unique<Model>(config(), *trunk_, *provider_, *streamer_);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  auto engine = std::make_unique<StreamingEngine>();
+  if (absl::Status s = engine->Init(options); !s.ok()) return s;
+  return engine;
+}
+
+}  // namespace k3

@@ -1,0 +1,194 @@
+// k3 chat end to end through the binary, driven by a pipe: the state kept between turns is
+// the state a single run over the whole conversation builds, and a turn feeds only its own
+// new tokens.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_join.h"
+#include "core/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/run_k3.h"
+#include "tests/util/temp_dir.h"
+
+namespace k3 {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunK3;
+using Ids = std::vector<int32_t>;
+
+constexpr char kFirst[] = "Hello there";
+constexpr char kSecond[] = "What is the capital of France?";
+
+class ChatTest : public ::testing::Test {
+ protected:
+  // Two small models with a tokenizer, made once: the second differs in shape, hence in
+  // fingerprint.
+  static void SetUpTestSuite() {
+    models_ = new testing::TempDir;
+    for (const char* layers : {"2", "3"}) {
+      auto r =
+          RunK3({"synth", "--preset", "demo", "--set", std::string("num_hidden_layers=") + layers,
+                 "--set", "full_attn_layers=2", "--out", *models_ / layers, "--quiet"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+  }
+  static void TearDownTestSuite() { delete models_; }
+
+  static std::string Model() { return *models_ / "2"; }
+  static std::string OtherModel() { return *models_ / "3"; }
+
+  testing::K3Result Chat(const std::vector<std::string>& flags, const std::string& input) {
+    std::vector<std::string> args = {"chat", "--model", Model(), "-n", "6"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return RunK3(args, input);
+  }
+
+  nlohmann::json Json(const std::string& name) {
+    return nlohmann::json::parse(testing::ReadAll(dir_ / name));
+  }
+
+  Ids Render(const std::vector<ChatMessage>& messages) {
+    auto tok = Tokenizer::Load(Model());
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    auto ids = RenderChat(*tok, messages);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return *ids;
+  }
+
+  // What must close a reply before the next message: <|end_of_msg|>, after the last token
+  // when the reply did not end at a stop token (that token was shown but never run).
+  Ids Closing(const Ids& reply) {
+    auto tok = Tokenizer::Load(Model());
+    const int32_t eom = *tok->SpecialTokenId("<|end_of_msg|>");
+    const int32_t eos = *tok->SpecialTokenId("[EOS]");
+    if (reply.empty() || reply.back() == eom || reply.back() == eos) return {eom};
+    return {reply.back(), eom};
+  }
+
+  static testing::TempDir* models_;
+  testing::TempDir dir_;
+};
+
+testing::TempDir* ChatTest::models_ = nullptr;
+
+Ids Concat(std::initializer_list<Ids> parts) {
+  Ids all;
+  for (const Ids& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
+TEST_F(ChatTest, SecondTurnFeedsOnlyItsNewTokensAndMatchesOneRunOverTheConversation) {
+  auto r = Chat({"--report-json", dir_ / "turns.json"}, absl::StrCat(kFirst, "\n", kSecond, "\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json turns = Json("turns.json");
+  ASSERT_EQ(turns.size(), 2u);
+  const Ids fed1 = turns[0]["prompt_ids"], reply1 = turns[0]["generated_ids"];
+  const Ids fed2 = turns[1]["prompt_ids"], reply2 = turns[1]["generated_ids"];
+  ASSERT_FALSE(reply1.empty());
+  ASSERT_FALSE(reply2.empty());
+
+  EXPECT_EQ(fed1, Render({{"user", kFirst, ""}}));
+  // Turn 2 runs what closes reply 1 and the new message, nothing of turn 1.
+  const Ids new_tokens = Concat({Closing(reply1), Render({{"user", kSecond, ""}})});
+  EXPECT_EQ(fed2, new_tokens);
+  EXPECT_EQ(turns[1]["position_before"], fed1.size() + reply1.size() - 1);
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("[turn 2: ", new_tokens.size(), " tokens in")));
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("[turn 1: ", fed1.size(), " tokens in")));
+
+  // One generate over the whole conversation continues exactly as the kept state did.
+  const Ids whole = Concat({fed1, Ids(reply1.begin(), reply1.end() - 1), fed2});
+  auto g = RunK3({"generate", "--model", Model(), "--ids", absl::StrJoin(whole, ","), "-n", "6",
+                  "--quiet", "--report-json", dir_ / "generate.json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(Json("generate.json")["generated_ids"], nlohmann::json(reply2));
+}
+
+TEST_F(ChatTest, ResetStartsTheConversationOverWithTheSystemMessage) {
+  auto r = Chat({"--quiet", "--system", "Be brief.", "--report-json", dir_ / "turns.json"},
+                absl::StrCat(kFirst, "\n/reset\n", kFirst, "\n/exit\n", kSecond, "\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json turns = Json("turns.json");
+  ASSERT_EQ(turns.size(), 2u);  // nothing after /exit
+  EXPECT_EQ(turns[0]["prompt_ids"],
+            nlohmann::json(Render({{"system", "Be brief.", ""}, {"user", kFirst, ""}})));
+  EXPECT_EQ(turns[1]["position_before"], 0);
+  EXPECT_EQ(turns[1]["prompt_ids"], turns[0]["prompt_ids"]);
+  EXPECT_EQ(turns[1]["generated_ids"], turns[0]["generated_ids"]);
+  EXPECT_EQ(r.err, "");  // --quiet
+}
+
+TEST_F(ChatTest, HistoryResumesWithTheReplyOfAnUnbrokenConversation) {
+  auto unbroken = Chat({"--quiet", "--history", dir_ / "a.json", "--report-json", dir_ / "a.r"},
+                       absl::StrCat(kFirst, "\n", kSecond, "\n"));
+  ASSERT_EQ(unbroken.exit_code, 0) << unbroken.err;
+  auto first = Chat({"--quiet", "--history", dir_ / "b.json"}, absl::StrCat(kFirst, "\n"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto resumed = Chat({"--history", dir_ / "b.json", "--report-json", dir_ / "b.r"},
+                      absl::StrCat(kSecond, "\n"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("[resumed " + dir_ / "b.json"));
+
+  EXPECT_EQ(Json("b.r")[0]["generated_ids"], Json("a.r")[1]["generated_ids"]);
+  EXPECT_EQ(Json("b.r")[0]["prompt_ids"], nlohmann::json(Render({{"user", kSecond, ""}})));
+  const nlohmann::json a = Json("a.json"), b = Json("b.json");
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["messages"], b["messages"]);
+  ASSERT_EQ(a["messages"].size(), 4u);
+  EXPECT_EQ(a["messages"][2]["content"], kSecond);
+  EXPECT_EQ(a["messages"][3]["role"], "assistant");
+}
+
+TEST_F(ChatTest, CorruptHistoryIsRefusedNamingTheFileAndLeftUntouched) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"format": "k3-chat-history", "tokens": [1, 2)", "invalid JSON"},
+      {R"({"format": "k3-chat-history", "version": 1, "model_fingerprint": "x"})",
+       "saved with another model"},
+      {R"(["not", "a", "history"])", "no \"format\""},
+  };
+  for (const auto& [contents, message] : cases) {
+    std::ofstream(dir_ / "h.json") << contents;
+    auto r = Chat({"--quiet", "--history", dir_ / "h.json"}, absl::StrCat(kFirst, "\n"));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(dir_ / "h.json"));
+    EXPECT_THAT(r.err, HasSubstr(message));
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(testing::ReadAll(dir_ / "h.json"), contents);
+  }
+}
+
+TEST_F(ChatTest, TokensOutsideTheVocabularyMakeAHistoryCorrupt) {
+  ASSERT_EQ(Chat({"--quiet", "--history", dir_ / "h.json"}, "hi\n").exit_code, 0);
+  nlohmann::json h = Json("h.json");
+  h["tokens"].push_back(1 << 30);
+  const std::string contents = h.dump();
+  std::ofstream(dir_ / "h.json") << contents;
+  auto r = Chat({"--quiet", "--history", dir_ / "h.json"}, "again\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not a token id below"));
+  EXPECT_EQ(testing::ReadAll(dir_ / "h.json"), contents);
+}
+
+TEST_F(ChatTest, HistoryOfAnotherModelIsRefusedAndLeftUntouched) {
+  ASSERT_EQ(Chat({"--quiet", "--history", dir_ / "h.json"}, "hi\n").exit_code, 0);
+  const std::string saved = testing::ReadAll(dir_ / "h.json");
+  auto r =
+      RunK3({"chat", "--model", OtherModel(), "--quiet", "--history", dir_ / "h.json"}, "hi\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(dir_ / "h.json"));
+  EXPECT_THAT(r.err, HasSubstr("saved with another model"));
+  EXPECT_EQ(testing::ReadAll(dir_ / "h.json"), saved);
+}
+
+TEST_F(ChatTest, ModelWithoutATokenizerIsAUsageError) {
+  auto r = RunK3({"chat", "--model", testing::SharedDir() + "/fixtures/reference-tiny"}, "hi\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("tiktoken.model does not exist"));
+}
+
+}  // namespace
+}  // namespace k3

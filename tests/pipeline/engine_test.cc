@@ -1,0 +1,292 @@
+// The streaming engine against the plain synchronous model: identical tokens and bit-identical
+// logits at every memory budget, queue depth, lookahead distance, thread count and overlap
+// setting (DESIGN.md invariant 1); prefill reads each needed expert once per chunk; faults are
+// retried to the same answer or surface as errors naming file and offset (invariant 2).
+#include "pipeline/engine.h"
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/checkpoint.h"
+#include "core/model/model.h"
+#include "core/synth.h"
+#include "tests/util/temp_dir.h"
+
+namespace k3 {
+namespace {
+
+using ::k3::testing::TempDir;
+
+const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 2, 30, 41, 17};
+constexpr int kDecodeSteps = 6;
+constexpr int kPrefillChunk = 4;
+
+// Counts the experts the model asks for, per call, on top of the synchronous provider.
+class CountingProvider : public ExpertProvider {
+ public:
+  explicit CountingProvider(const Checkpoint& ckpt) : inner_(ckpt) {}
+  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts, const ExpertUse& use,
+                             const std::function<void()>& alongside) override {
+    requested += experts.size();
+    return inner_.ForEachExpert(layer, experts, use, alongside);
+  }
+  uint64_t requested = 0;
+
+ private:
+  CheckpointExpertProvider inner_;
+};
+
+struct StreamRun {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // after the prompt, then after each decode step
+  StepMetrics prefill;
+  StepMetrics decode;
+};
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// The reference: the whole trunk resident and experts read one by one, no pipeline at all.
+StreamRun Baseline(const std::string& dir, uint64_t* experts_per_prefill = nullptr) {
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto trunk = LoadTrunkWeights(**ckpt);
+  EXPECT_TRUE(trunk.ok()) << trunk.status();
+  CountingProvider provider(**ckpt);
+  Model model((*ckpt)->config(), **trunk, provider);
+  SequenceState state((*ckpt)->config());
+  StreamRun run;
+  std::vector<float> logits;
+  for (size_t at = 0; at < kPrompt.size(); at += kPrefillChunk) {
+    const size_t n = std::min<size_t>(kPrefillChunk, kPrompt.size() - at);
+    EXPECT_TRUE(model.Forward({kPrompt.data() + at, n}, state, false, logits).ok());
+  }
+  if (experts_per_prefill != nullptr) *experts_per_prefill = provider.requested;
+  run.logits.push_back(logits);
+  for (int i = 0; i < kDecodeSteps; ++i) {
+    const int32_t id = Argmax(logits);
+    run.ids.push_back(id);
+    EXPECT_TRUE(model.Forward({&id, 1}, state, false, logits).ok());
+    run.logits.push_back(logits);
+  }
+  return run;
+}
+
+absl::StatusOr<StreamRun> Stream(const EngineOptions& options) {
+  auto engine = Engine::Open(options);
+  if (!engine.ok()) return engine.status();
+  SequenceState state = (*engine)->NewState();
+  StreamRun run;
+  std::vector<float> logits;
+  if (auto s = (*engine)->Prefill(kPrompt, state, logits, &run.prefill); !s.ok()) return s;
+  run.logits.push_back(logits);
+  for (int i = 0; i < kDecodeSteps; ++i) {
+    const int32_t id = Argmax(logits);
+    run.ids.push_back(id);
+    if (auto s = (*engine)->Decode(id, state, logits, &run.decode); !s.ok()) return s;
+    run.logits.push_back(logits);
+  }
+  return run;
+}
+
+bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    SynthOptions opt;
+    opt.preset = "tiny";
+    opt.out_dir = dir_->path() + "/tiny";
+    opt.router_skew = 1.0;
+    ASSERT_TRUE(Synthesize(opt).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string ModelDir() { return dir_->path() + "/tiny"; }
+
+  EngineOptions Options() const {
+    EngineOptions o;
+    o.model_dir = ModelDir();
+    o.prefill_chunk = kPrefillChunk;
+    o.max_context = 64;
+    return o;
+  }
+  static TempDir* dir_;
+};
+TempDir* EngineTest::dir_ = nullptr;
+
+// The budgets of the grid: the minimum, one between (some layers pinned, a small cache) and
+// everything resident.
+std::vector<std::string> GridBudgets(const std::string& dir) {
+  auto ckpt = Checkpoint::Open(dir);
+  auto plan_min = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "ultra"}, 0);
+  auto plan_max = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "max"}, 0);
+  const double lo = plan_min->budget_bytes / 1e9, hi = plan_max->budget_bytes / 1e9;
+  return {"ultra", absl::StrCat((lo + hi) / 2), "max"};
+}
+
+TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
+  const StreamRun base = Baseline(ModelDir());
+  int configs = 0;
+  for (const std::string& budget : GridBudgets(ModelDir())) {
+    for (int qd : {1, 8, 32}) {
+      for (int distance : {0, 1, 3}) {
+        for (int threads : {1, 2}) {
+          for (bool overlap : {true, false}) {
+            EngineOptions o = Options();
+            if (budget == "ultra" || budget == "max") {
+              o.memory.preset = budget;
+            } else {
+              o.memory.ram_gb = std::stod(budget);
+            }
+            o.queue_depth = qd;
+            o.prefetch_distance = distance;
+            o.threads = threads;
+            o.overlap = overlap;
+            const std::string where = absl::StrCat("budget ", budget, " qd ", qd, " distance ",
+                                                   distance, " threads ", threads, " overlap ",
+                                                   overlap);
+            auto run = Stream(o);
+            ASSERT_TRUE(run.ok()) << where << ": " << run.status();
+            ASSERT_EQ(run->ids, base.ids) << where;
+            for (size_t i = 0; i < base.logits.size(); ++i) {
+              ASSERT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << where << " step " << i;
+            }
+            ++configs;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(configs, 108);
+}
+
+TEST_F(EngineTest, MinimumBudgetStreamsTheTrunkAndTheExperts) {
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->plan().streamed_layers(), (*engine)->config().num_layers);
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_GT(run->decode.trunk_bytes, 0u);
+  EXPECT_GT(run->decode.expert_demand_bytes, 0u);
+}
+
+TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
+  uint64_t union_sizes = 0;
+  Baseline(ModelDir(), &union_sizes);
+  EngineOptions o = Options();
+  o.memory.preset = "max";
+  o.prefetch_distance = 0;
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  // Cold cache: every expert of every chunk's union is demanded once; nothing twice.
+  EXPECT_EQ(run->prefill.cache_requests, union_sizes);
+  EXPECT_LE(run->prefill.experts_demand_read, union_sizes);
+  EXPECT_EQ(run->prefill.experts_demand_read + run->prefill.cache_hits, union_sizes);
+}
+
+TEST_F(EngineTest, LookaheadPredictsAndIsScored) {
+  EngineOptions o = Options();
+  o.memory.preset = "max";
+  o.prefetch_distance = 2;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok());
+  SequenceState state = (*engine)->NewState();
+  std::vector<float> logits;
+  StepMetrics m;
+  ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*engine)->Decode(Argmax(logits), state, logits, &m).ok());
+  const auto accuracy = (*engine)->prefetch_accuracy();
+  ASSERT_EQ(accuracy.size(), 2u);
+  for (const auto& a : accuracy) {
+    EXPECT_GT(a.predicted, 0u);
+    EXPECT_GT(a.actual, 0u);
+    EXPECT_LE(a.correct, std::min(a.predicted, a.actual));
+  }
+  EXPECT_GT(m.prefetch_predicted, 0u);
+}
+
+TEST_F(EngineTest, TransientFaultsAreRetriedToTheSameTokens) {
+  const StreamRun base = Baseline(ModelDir());
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.faults = std::make_shared<io::FaultPlan>();
+  o.faults->FailAttempts(3, 2, EIO).ShortReads(1000, 10, 5).FailAttempts(40, 1, EINTR);
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->ids, base.ids);
+  for (size_t i = 0; i < base.logits.size(); ++i) {
+    EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
+  }
+  EXPECT_GT(o.faults->injected(), 0);
+}
+
+TEST_F(EngineTest, PermanentFaultNamesFileAndOffset) {
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  // A bad sector inside every expert of one layer's shard, so some read must hit it.
+  const ExpertLocation& loc = (*ckpt)->expert(1, 0);
+  const std::string shard = (*ckpt)->shard_paths()[loc.spans[0].shard];
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.faults = std::make_shared<io::FaultPlan>();
+  for (int e = 0; e < (*ckpt)->config().num_experts; ++e) {
+    const ByteSpan& s = (*ckpt)->expert(1, e).spans[0];
+    o.faults->FailAtOffset(s.offset + 100, EIO, -1, shard.substr(shard.rfind('/')));
+  }
+  auto run = Stream(o);
+  ASSERT_FALSE(run.ok());
+  const std::string message(run.status().message());
+  EXPECT_NE(message.find(shard.substr(shard.rfind('/') + 1)), std::string::npos) << message;
+  EXPECT_NE(message.find("offset"), std::string::npos) << message;
+}
+
+TEST_F(EngineTest, CorruptExpertScaleIsAnErrorNotAToken) {
+  TempDir copy;
+  const std::string dir = copy.path() + "/m";
+  SynthOptions opt;
+  opt.preset = "tiny";
+  opt.out_dir = dir;
+  ASSERT_TRUE(Synthesize(opt).ok());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  // Every expert of layer 1 gets a NaN scale byte (0xFF) in w1's scales.
+  for (int e = 0; e < (*ckpt)->config().num_experts; ++e) {
+    const ExpertLocation& loc = (*ckpt)->expert(1, e);
+    const uint64_t at = loc.spans[0].offset + loc.part_offset[1];
+    FILE* f = std::fopen((*ckpt)->shard_paths()[loc.spans[0].shard].c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(at), SEEK_SET);
+    std::fputc(0xFF, f);
+    std::fclose(f);
+  }
+  EngineOptions o = Options();
+  o.model_dir = dir;
+  o.memory.preset = "max";
+  auto run = Stream(o);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(std::string(run.status().message()).find("0xFF"), std::string::npos)
+      << run.status();
+}
+
+TEST_F(EngineTest, BudgetBelowMinimumIsRefusedWithTheMinimum) {
+  EngineOptions o = Options();
+  o.memory.ram_gb = 0.0001;
+  auto engine = Engine::Open(o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(engine.status()));
+  EXPECT_NE(std::string(engine.status().message()).find("minimum"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace k3
