@@ -44,8 +44,10 @@ ABSL_FLAG(std::string, plot, "",
 ABSL_FLAG(bool, raw, false,
           "Measure only the io layer's read bandwidth: random whole experts, O_DIRECT, at each "
           "queue depth.");
-ABSL_FLAG(int32_t, reads, 96,
-          "Experts read per measurement (--raw): each a different expert, chosen at random.");
+ABSL_FLAG(
+    int32_t, reads, 96,
+    "Experts read per raw bandwidth measurement (--raw, and the decode benchmark's raw column): "
+    "each a different expert, chosen at random.");
 ABSL_FLAG(int32_t, chunk_kib, 0,
           "Split reads into chunks of this many KiB (--raw; 0: the engine's default).");
 ABSL_FLAG(bool, huge_pages, true,

@@ -11,7 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -321,7 +322,8 @@ absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
   report.SetPrefill(*fed, prefill);
   result.prefill_seconds = prefill.seconds;
   absl::Status s = Generate(logits, prefill, report, result);
-  result.interrupted = g_stop.load();
+  // From here on the reply is over: a Ctrl-C now means leave, not stop the reply.
+  result.interrupted = g_stop.exchange(false);
   messages_.push_back({{"role", "user"}, {"content", user_text}});
   Close(result);
   ++turns_;
@@ -440,7 +442,6 @@ void PrintTurnStats(const TurnResult& t, const RunReport& report, int64_t turn) 
 // A turn that would overflow the context is refused with a notice and the chat goes on.
 int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, const std::string& line,
             json& reports) {
-  g_stop.store(false);
   RunReport report(/*print_steps=*/false);
   TurnResult t;
   const absl::Status status = chat.Turn(line, report, t);
@@ -464,7 +465,6 @@ int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, cons
     if (absl::Status r = io::WriteFileAtomically(s.report_path, reports.dump(1) + "\n"); !r.ok())
       return ReportError(kName, r);
   }
-  g_stop.store(false);
   return kExitOk;
 }
 
@@ -565,6 +565,7 @@ const Subcommand& ChatCommand() {
         "history that is damaged or was saved with another model is refused (exit 2) and left\n"
         "as it is. --report-json FILE rewrites FILE after every turn with a JSON array of\n"
         "per-turn reports (the fields of k3 generate's, plus turn and position_before).\n"
+        "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
         "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
         flags,
         RunChat};

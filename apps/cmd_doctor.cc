@@ -143,8 +143,43 @@ struct ReadRate {
   double seconds = 0;
 };
 
+// Keeps reads of `length` bytes at random offsets of the file in flight until the time is up;
+// returns the bytes read and sets the time taken.
+absl::StatusOr<uint64_t> KeepReading(io::ReadEngine& engine, io::FileId file, uint64_t size,
+                                     uint64_t length, const io::BufferArena& arena,
+                                     double& seconds) {
+  std::mt19937_64 rng(7);
+  const uint64_t span = size - length;
+  auto submit = [&](int slot) {
+    const uint64_t offset = io::AlignDown(span == 0 ? 0 : rng() % span);
+    return engine.Submit({.file = file,
+                          .offset = offset,
+                          .length = length,
+                          .buffer = arena.Slice(slot * length, length),
+                          .user_data = static_cast<uint64_t>(slot)});
+  };
+  for (int slot = 0; slot < kReadsInFlight; ++slot) {
+    if (auto id = submit(slot); !id.ok()) return id.status();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
+  for (int outstanding = kReadsInFlight; outstanding > 0; --outstanding) {
+    std::optional<io::ReadResult> r = engine.WaitAny();
+    if (!r.has_value()) return absl::InternalError("the read engine lost a read");
+    if (!r->status.ok()) return r->status;
+    bytes += r->data.size();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds >= kMeasureSeconds) continue;
+    if (auto id = submit(static_cast<int>(r->user_data)); !id.ok()) return id.status();
+    ++outstanding;
+  }
+  return bytes;
+}
+
 // Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
 absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
+  // Declared first so that it outlives the engine, whose destructor waits for reads in flight.
+  std::unique_ptr<io::BufferArena> arena;
   io::EngineOptions o;
   o.queue_depth = kReadsInFlight;
   o.notices = false;
@@ -153,37 +188,15 @@ absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
   auto file = (*engine)->OpenFile(path);
   if (!file.ok()) return file.status();
   const io::FileInfo info = (*engine)->file(*file);
-  const uint64_t length = std::min<uint64_t>(kReadBytes, io::AlignDown(info.size));
-  if (length == 0) return absl::FailedPreconditionError(absl::StrCat(path, " is too small"));
-  auto arena = io::BufferArena::Create(kReadsInFlight * length);
-  if (!arena.ok()) return arena.status();
-  std::mt19937_64 rng(7);
-  const uint64_t span = info.size - length;
-  auto submit = [&](int slot) {
-    const uint64_t offset = io::AlignDown(span == 0 ? 0 : rng() % span);
-    return (*engine)->Submit({.file = *file,
-                              .offset = offset,
-                              .length = length,
-                              .buffer = (*arena)->Slice(slot * length, length),
-                              .user_data = static_cast<uint64_t>(slot)});
-  };
-  for (int slot = 0; slot < kReadsInFlight; ++slot) {
-    if (auto id = submit(slot); !id.ok()) return id.status();
-  }
-  const auto start = std::chrono::steady_clock::now();
-  ReadRate rate{.path = path, .read_bytes = length, .direct = info.direct};
-  uint64_t bytes = 0;
-  for (int outstanding = kReadsInFlight; outstanding > 0; --outstanding) {
-    std::optional<io::ReadResult> r = (*engine)->WaitAny();
-    if (!r.has_value()) return absl::InternalError("the read engine lost a read");
-    if (!r->status.ok()) return r->status;
-    bytes += r->data.size();
-    rate.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rate.seconds >= kMeasureSeconds) continue;
-    if (auto id = submit(static_cast<int>(r->user_data)); !id.ok()) return id.status();
-    ++outstanding;
-  }
-  rate.bytes_per_second = rate.seconds > 0 ? bytes / rate.seconds : 0;
+  ReadRate rate{.path = path, .direct = info.direct};
+  rate.read_bytes = std::min<uint64_t>(kReadBytes, io::AlignDown(info.size));
+  if (rate.read_bytes == 0) return absl::FailedPreconditionError(path + " is too small");
+  auto created = io::BufferArena::Create(kReadsInFlight * rate.read_bytes);
+  if (!created.ok()) return created.status();
+  arena = *std::move(created);
+  auto bytes = KeepReading(**engine, *file, info.size, rate.read_bytes, *arena, rate.seconds);
+  if (!bytes.ok()) return bytes.status();
+  rate.bytes_per_second = rate.seconds > 0 ? *bytes / rate.seconds : 0;
   return rate;
 }
 
@@ -232,8 +245,10 @@ void CheckDisk(Findings& f, const Checkpoint* ckpt) {
     f.Add("disk read", Level::kFail, std::string(scratch.status().message()));
     return;
   }
-  ReportReads(f, dir, MeasureReads(*scratch));
+  auto rate = MeasureReads(*scratch);
   ::unlink(scratch->c_str());
+  if (rate.ok()) rate->path = "a temp file, deleted";
+  ReportReads(f, dir, rate);
 }
 
 uint64_t MemTotalBytes() {

@@ -1,16 +1,20 @@
 #include "apps/engine_flags.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "apps/cli.h"
 #include "apps/flags.h"
 #include "core/synth.h"
 #include "io/fault_injection.h"
 #include "io/file.h"
+#include "io/storage_profile.h"
+#include "pipeline/cache/policy.h"
 
 ABSL_FLAG(double, ram_gb, 0,
           "RAM budget in GB for the whole engine (trunk, expert cache, state, buffers); output "
@@ -20,7 +24,7 @@ ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk
 ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
 ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
           "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
-          "their experts are prefetched (0 = off; default 2; a list where a command sweeps it).");
+          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list where a command sweeps it).");
 ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
 ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
 ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
@@ -109,14 +113,18 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.memory.preset = absl::GetFlag(FLAGS_preset);
   o.memory.trunk_gb = absl::GetFlag(FLAGS_trunk_gb);
   o.memory.cache_gb = absl::GetFlag(FLAGS_cache_gb);
-  if (o.memory.ram_gb < 0) return absl::InvalidArgumentError("--ram-gb must be positive");
+  if (o.memory.ram_gb < 0) return absl::InvalidArgumentError("--ram-gb must not be negative");
   if (o.memory.trunk_gb < 0 || o.memory.cache_gb < 0) {
-    return absl::InvalidArgumentError("--trunk-gb and --cache-gb must be positive");
+    return absl::InvalidArgumentError("--trunk-gb and --cache-gb must not be negative");
+  }
+  if (!o.trunk_dir.empty() && !io::FileExists(o.trunk_dir + "/trunk.json")) {
+    return absl::NotFoundError(absl::StrCat("--trunk ", o.trunk_dir,
+                                            ": no trunk.json there (make one with k3 pack)"));
   }
   auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), 32, 1, 4096);
   if (!qd.ok()) return qd.status();
   o.queue_depth = *qd;
-  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 2, 0, 64);
+  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 0, 64);
   if (!dist.ok()) return dist.status();
   o.prefetch_distance = *dist;
   o.prefetch_width = absl::GetFlag(FLAGS_prefetch_width);
@@ -130,13 +138,29 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.max_context = absl::GetFlag(FLAGS_max_context);
   if (o.max_context < 1) return absl::InvalidArgumentError("--max-context must be >= 1");
   o.cache_policy = absl::GetFlag(FLAGS_cache_policy);
+  if (!o.cache_policy.empty()) {
+    const auto& names = PolicyNames();
+    if (std::find(names.begin(), names.end(), o.cache_policy) == names.end() ||
+        o.cache_policy == "belady") {
+      return absl::InvalidArgumentError(absl::StrCat("--cache-policy ", o.cache_policy,
+                                                     ": unknown (one of: ",
+                                                     absl::StrJoin(names, " "),
+                                                     "; belady needs the future: cache-sim only)"));
+    }
+  }
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
   const std::vector<std::string> profiles = absl::GetFlag(FLAGS_storage_profile);
   if (profiles.size() > 1) {
     return absl::InvalidArgumentError(
         "--storage-profile: give one profile here (lists are for k3 bench)");
   }
-  if (!profiles.empty()) o.storage_profile = profiles.front();
+  if (!profiles.empty()) {
+    o.storage_profile = profiles.front();
+    if (auto p = io::ParseStorageProfile(o.storage_profile); !p.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o.storage_profile, ": ",
+                                                     p.status().message()));
+    }
+  }
   o.show_progress = ShowProgress();
   // Fault injection for reliability tests and soak runs (docs/RELIABILITY.md); announced, so a
   // user never runs with it unknowingly.

@@ -21,7 +21,7 @@ ABSL_FLAG(bool, quiet, false, "No progress bars or per-step tables.");
 ABSL_FLAG(std::string, out_json, "", "Also write the results as JSON to this file.");
 ABSL_FLAG(std::string, out_csv, "", "Also write the results as CSV to this file.");
 ABSL_FLAG(std::vector<std::string>, queue_depth, {},
-          "io_uring queue depth: reads kept in flight (a list where a command sweeps it).");
+          "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
 ABSL_FLAG(std::vector<std::string>, storage_profile, {},
           "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
           "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");

@@ -112,6 +112,11 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                Gb(d.trunk_bytes), d.io_wait_seconds, d.seconds,
                d.seconds > 0 ? 100 * d.disk_busy_seconds / d.seconds : 0.0, 100 * d.hit_rate(),
                d.prefetch_precision(), d.prefetch_recall());
+  for (const PrefetchAccuracy& a : engine.prefetch_accuracy()) {
+    std::fprintf(stderr, "lookahead distance %d: precision %.2f, recall %.2f (%llu predicted)\n",
+                 a.distance, a.precision(), a.recall(),
+                 static_cast<unsigned long long>(a.predicted));
+  }
   std::fprintf(stderr, "prefill: %.3f s, %llu experts read, %.3f GB; peak RSS %s (budget %s)\n",
                prefill_.seconds, static_cast<unsigned long long>(prefill_.experts_demand_read),
                Gb(AllBytes(prefill_)), FormatBytes(static_cast<double>(PeakRssBytes())).c_str(),

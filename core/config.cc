@@ -111,6 +111,12 @@ const json* FindPath(const json& root, const std::string& path) {
   return node;
 }
 
+// A value as the message quotes it. Replaces invalid UTF-8 rather than throwing: --set values
+// come from the command line as raw bytes, not from the JSON parser.
+std::string Shown(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // Reads one JSON value into the member it belongs to, or records why it cannot.
 void ReadField(const json& value, const Member& member, ModelConfig& config, const std::string& key,
                Problems& problems) {
@@ -121,25 +127,25 @@ void ReadField(const json& value, const Member& member, ModelConfig& config, con
           if (value.is_number_integer()) {
             config.*ptr = value.get<int64_t>();
           } else {
-            problems.Add(key, absl::StrCat("must be an integer, found ", value.dump()));
+            problems.Add(key, absl::StrCat("must be an integer, found ", Shown(value)));
           }
         } else if constexpr (std::is_same_v<T, double>) {
           if (value.is_number()) {
             config.*ptr = value.get<double>();
           } else {
-            problems.Add(key, absl::StrCat("must be a number, found ", value.dump()));
+            problems.Add(key, absl::StrCat("must be a number, found ", Shown(value)));
           }
         } else if constexpr (std::is_same_v<T, bool>) {
           if (value.is_boolean()) {
             config.*ptr = value.get<bool>();
           } else {
-            problems.Add(key, absl::StrCat("must be true or false, found ", value.dump()));
+            problems.Add(key, absl::StrCat("must be true or false, found ", Shown(value)));
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (value.is_string()) {
             config.*ptr = value.get<std::string>();
           } else {
-            problems.Add(key, absl::StrCat("must be a string, found ", value.dump()));
+            problems.Add(key, absl::StrCat("must be a string, found ", Shown(value)));
           }
         } else {
           bool ok = value.is_array();
@@ -149,7 +155,7 @@ void ReadField(const json& value, const Member& member, ModelConfig& config, con
           if (ok) {
             config.*ptr = value.get<std::vector<int64_t>>();
           } else {
-            problems.Add(key, absl::StrCat("must be a list of integers, found ", value.dump()));
+            problems.Add(key, absl::StrCat("must be a list of integers, found ", Shown(value)));
           }
         }
       },

@@ -27,8 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!ranked.ok() && ranked.status().message().find("tiktoken.model") == std::string::npos) {
     std::abort();
   }
-  if (!added.ok() &&
-      added.status().message().find("tokenizer_config.json") == std::string::npos) {
+  if (!added.ok() && added.status().message().find("tokenizer_config.json") == std::string::npos) {
     std::abort();
   }
   if (!ranked.ok() || !added.ok()) return 0;

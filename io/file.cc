@@ -66,7 +66,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  std::string tmp = path + ".tmp";
+  // A name of our own (two writers of one file never share a temp file), then fsync, rename and
+  // fsync of the directory, so after a crash the file is the old one or the new one, whole.
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("creating ", tmp));
   absl::Status s =
@@ -76,7 +78,16 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = ErrnoStatus(errno, absl::StrCat("renaming ", tmp, " to ", path));
   }
-  if (!s.ok()) ::unlink(tmp.c_str());
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
+    ::close(dfd);
+  }
   return s;
 }
 

@@ -629,6 +629,7 @@ void ReadEngine::Impl::HandleResult(Chunk* c, int64_t result, std::vector<Finish
     return Retire(c, out);
   }
   c->done += static_cast<uint64_t>(result);
+  c->error_retries = 0;  // the retry budget is for failures in a row: this attempt made progress
   if (c->begin + c->done >= std::min(c->end, r->needed)) return Retire(c, out);
   HandleShortRead(c, out);
 }

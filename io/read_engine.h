@@ -96,7 +96,8 @@ struct EngineOptions {
   int pread_threads = 0;  // 0: one per chunk in flight, at most 64
   // O_DIRECT, falling back to buffered reads (with a notice) where the file system refuses it.
   bool direct = true;
-  // Retries of an operation failing with EIO-like errors (EINTR/EAGAIN retry without counting).
+  // Retries of an operation failing with EIO-like errors, in a row (an attempt that transfers
+  // bytes resets the count); EINTR/EAGAIN retry without counting.
   int max_retries = 3;
   absl::Duration retry_backoff = absl::Milliseconds(1);  // doubles per retry
   // Emulated volume on top of the real one ("direct" = none).

@@ -32,7 +32,7 @@ struct EngineOptions {
   MemoryRequest memory;
   int64_t max_context = 4096;  // sizes the planned sequence state
   int queue_depth = 32;        // reads in flight
-  int prefetch_distance = 2;   // layers of lookahead (0 = off)
+  int prefetch_distance = 0;   // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
   int prefetch_width = 0;      // experts predicted per layer (0 = the model's top-k)
   double prefetch_cap_fraction = 0.5;  // prefetch bytes in flight, as a fraction of the cache
   int threads = 0;             // compute threads (0 = one per core)

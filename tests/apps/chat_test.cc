@@ -1,11 +1,18 @@
 // k3 chat end to end through the binary, driven by a pipe: the state kept between turns is
 // the state a single run over the whole conversation builds, and a turn feeds only its own
 // new tokens.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_join.h"
 #include "core/chat_template.h"
@@ -182,6 +189,56 @@ TEST_F(ChatTest, HistoryOfAnotherModelIsRefusedAndLeftUntouched) {
   EXPECT_THAT(r.err, HasSubstr(dir_ / "h.json"));
   EXPECT_THAT(r.err, HasSubstr("saved with another model"));
   EXPECT_EQ(testing::ReadAll(dir_ / "h.json"), saved);
+}
+
+// Polls `path` until it holds `text` (any text when empty; true) or ten seconds pass (false).
+bool WaitForText(const std::string& path, const std::string& text) {
+  for (int i = 0; i < 1000; ++i) {
+    const std::string contents = testing::ReadAll(path);
+    if (text.empty() ? !contents.empty() : contents.find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST_F(ChatTest, CtrlCStopsTheReplyAndAtThePromptExits130) {
+  int in[2];
+  ASSERT_EQ(::pipe(in), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_addclose(&actions, in[1]);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (dir_ / "out").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir_ / "err").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // A reply long enough to be interrupted: thousands of tokens.
+  std::vector<std::string> args = {
+      std::getenv("K3_BIN"), "chat",  "--model",   Model(),        "-n", "20000",
+      "--max-context",       "25000", "--history", dir_ / "h.json"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(in[0]);
+  ASSERT_EQ(::write(in[1], "hello\n", 6), 6);
+
+  ASSERT_TRUE(WaitForText(dir_ / "out", "")) << "no reply began";
+  ::kill(pid, SIGINT);
+  EXPECT_TRUE(WaitForText(dir_ / "err", "interrupted]")) << testing::ReadAll(dir_ / "err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // back at the prompt
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(in[1]);
+  ASSERT_TRUE(WIFEXITED(status)) << testing::ReadAll(dir_ / "err");
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  // The interrupted turn was kept: the history holds it.
+  const nlohmann::json history = Json("h.json");
+  ASSERT_EQ(history["messages"].size(), 2u);
+  EXPECT_EQ(history["messages"][0]["content"], "hello");
 }
 
 TEST_F(ChatTest, ModelWithoutATokenizerIsAUsageError) {

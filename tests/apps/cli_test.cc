@@ -32,7 +32,7 @@ TEST(CliTest, SubcommandHelpShowsItsFlagsWithDefaults) {
   auto r = RunK3({"synth", "--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("--preset"));
-  EXPECT_THAT(r.out, HasSubstr("(default: tiny)"));
+  EXPECT_THAT(r.out, HasSubstr("default tiny"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("--model")));  // not a synth flag
 }
 

@@ -56,5 +56,26 @@ TEST(MemoryTest, BudgetBelowMinimumExitsTwoStatingTheMinimum) {
   EXPECT_THAT(r.err, HasSubstr("--ram-gb"));
 }
 
+// Read faults through the whole command (K3_FAULTS, docs/RELIABILITY.md): transient ones are
+// retried to the same tokens; a permanent one fails the run with exit 1 naming file and offset.
+TEST(FaultsCliTest, TransientFaultsSameTokensPermanentFaultExitsOneNamingFileAndOffset) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  const std::vector<std::string> args = {"generate", "-m", dir / "m", "--ids", "3,7,11",
+                                         "-n", "10", "--preset", "ultra", "--ignore-eos"};
+  auto clean = RunK3(args);
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  ::setenv("K3_FAULTS", "random=0.05,seed=3,short=8192", 1);
+  auto faulty = RunK3(args);
+  ::setenv("K3_FAULTS", "eio-offset=20000", 1);  // inside the first MoE layer's experts
+  auto broken = RunK3(args);
+  ::unsetenv("K3_FAULTS");
+  ASSERT_EQ(faulty.exit_code, 0) << faulty.err;
+  EXPECT_EQ(faulty.out, clean.out);
+  EXPECT_THAT(faulty.err, HasSubstr("K3_FAULTS is set"));
+  EXPECT_EQ(broken.exit_code, 1) << broken.err;
+  EXPECT_THAT(broken.err, HasSubstr(".safetensors at offset"));
+}
+
 }  // namespace
 }  // namespace k3

@@ -119,7 +119,7 @@ const UsageCase kCases[] = {
      "--cache-gb 1e-07: the expert cache needs at least"},
     {"generate_missing_trunk_pack",
      {"generate", "-m", "FIXTURE", "--ids", "3", "--trunk", "OUT"},
-     "OUT holds no trunk pack"},
+     "--trunk OUT: no trunk.json there"},
     {"generate_missing_value",
      {"generate", "-m", "FIXTURE", "--ids", "3", "--n-predict"},
      "flag --n-predict needs a value"},

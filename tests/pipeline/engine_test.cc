@@ -8,6 +8,7 @@
 #include <tbb/global_control.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -15,6 +16,7 @@
 #include "core/checkpoint.h"
 #include "core/model/model.h"
 #include "core/synth.h"
+#include "core/trunk_pack.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {
@@ -133,15 +135,18 @@ std::vector<std::string> GridBudgets(const std::string& dir) {
   return {"ultra", absl::StrCat((lo + hi) / 2), "max"};
 }
 
-TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
-  const StreamRun base = Baseline(ModelDir());
+// Runs the grid of DESIGN.md invariant 1 on `dir`: budgets {minimum, between, everything} x
+// queue depth {1, 8, 32} x distance {0, 1, 3} x threads {1, 2} x overlap on/off.
+void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_options) {
+  const StreamRun base = Baseline(dir);
   int configs = 0;
-  for (const std::string& budget : GridBudgets(ModelDir())) {
+  for (const std::string& budget : GridBudgets(dir)) {
     for (int qd : {1, 8, 32}) {
       for (int distance : {0, 1, 3}) {
         for (int threads : {1, 2}) {
           for (bool overlap : {true, false}) {
-            EngineOptions o = Options();
+            EngineOptions o = base_options;
+            o.model_dir = dir;
             if (budget == "ultra" || budget == "max") {
               o.memory.preset = budget;
             } else {
@@ -169,6 +174,21 @@ TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
   EXPECT_EQ(configs, 108);
 }
 
+TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
+  ExpectGridBitIdentical(ModelDir(), Options());
+}
+
+// The same grid on the demo model (a few minutes): run with K3_DEMO_GRID=1, outside CI.
+TEST_F(EngineTest, DeterminismGridOnTheDemoModel) {
+  if (std::getenv("K3_DEMO_GRID") == nullptr) GTEST_SKIP() << "set K3_DEMO_GRID=1 to run";
+  SynthOptions opt;
+  opt.preset = "demo";
+  opt.out_dir = dir_->path() + "/demo";
+  opt.router_skew = 1.0;
+  ASSERT_TRUE(Synthesize(opt).ok());
+  ExpectGridBitIdentical(opt.out_dir, Options());
+}
+
 TEST_F(EngineTest, MinimumBudgetStreamsTheTrunkAndTheExperts) {
   EngineOptions o = Options();
   o.memory.preset = "ultra";
@@ -193,6 +213,24 @@ TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
   EXPECT_EQ(run->prefill.cache_requests, union_sizes);
   EXPECT_LE(run->prefill.experts_demand_read, union_sizes);
   EXPECT_EQ(run->prefill.experts_demand_read + run->prefill.cache_hits, union_sizes);
+}
+
+TEST_F(EngineTest, StreamingFromATrunkPackGivesTheSameAnswer) {
+  const StreamRun base = Baseline(ModelDir());
+  TempDir pack_dir;
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  ASSERT_TRUE(WriteTrunkPack(**ckpt, pack_dir.path(), {}).ok());
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.trunk_dir = pack_dir.path();
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->ids, base.ids);
+  for (size_t i = 0; i < base.logits.size(); ++i) {
+    EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
+  }
+  EXPECT_GT(run->decode.trunk_bytes, 0u);
 }
 
 TEST_F(EngineTest, LookaheadPredictsAndIsScored) {

@@ -1,0 +1,76 @@
+#!/bin/sh
+# Decode and prefill against the I/O floor on the `bench` checkpoint (issue: the pipeline's
+# performance targets; docs/PERFORMANCE.md has the table this prints).
+#
+# For each setting (lookahead distance 0..3 and the serial --no-overlap baseline) runs
+# `k3 generate` cold (a fresh process, O_DIRECT) REPEAT times with 16 prompt tokens and 24
+# decode tokens at a RAM budget of about 12 % of the checkpoint, and once a 64-token prefill.
+# The raw read bandwidth of the same binary at the same queue depth is measured in the same run
+# (`k3 bench --raw`), before and after, and the floor is bytes read per token over it.
+#
+# Usage: bench/pipeline/decode_vs_floor.sh MODEL_DIR [BUILD_DIR] [REPEAT]
+set -eu
+MODEL=$1
+BUILD=${2:-build}
+REPEAT=${3:-3}
+K3="$BUILD/apps/k3"
+QD=32
+RAM=$(/usr/bin/python3 -c "import os,sys; d=sys.argv[1]; print(round(0.12*sum(os.path.getsize(os.path.join(d,f)) for f in os.listdir(d))/1e9,2))" "$MODEL")
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+IDS16=$(/usr/bin/python3 -c "print(','.join(str((i*7919)%32000+5) for i in range(16)))")
+IDS64=$(/usr/bin/python3 -c "print(','.join(str((i*7919)%32000+5) for i in range(64)))")
+
+raw() { "$K3" bench --raw --model "$MODEL" --queue-depth $QD --reads 96 --repeat 3 --quiet \
+          --out-json "$OUT/raw$1.json" > /dev/null; }
+echo "budget --ram-gb $RAM (12 % of the checkpoint), queue depth $QD, $REPEAT runs each" >&2
+raw 1
+for rep in $(seq 1 "$REPEAT"); do
+  for setting in d0 d1 d2 d3 serial; do
+    case $setting in
+      serial) flags="--no-overlap" ;;
+      *) flags="--prefetch-distance ${setting#d}" ;;
+    esac
+    echo "run $rep: $setting" >&2
+    "$K3" generate -m "$MODEL" --ids "$IDS16" -n 25 --ignore-eos --ram-gb "$RAM" \
+      --queue-depth $QD $flags --quiet --report-json "$OUT/$setting.$rep.json" > /dev/null
+  done
+done
+"$K3" generate -m "$MODEL" --ids "$IDS64" -n 1 --ram-gb "$RAM" --queue-depth $QD \
+  --quiet --report-json "$OUT/prefill.json" > /dev/null
+raw 2
+/usr/bin/python3 - "$OUT" "$REPEAT" <<'PY'
+import json, statistics, sys
+out, repeat = sys.argv[1], int(sys.argv[2])
+def raw_gbs(i):
+    return json.load(open(f"{out}/raw{i}.json"))["results"][0]["gbps_median"]
+bw = statistics.median([raw_gbs(1), raw_gbs(2)])
+print(f"raw read bandwidth at QD 32: {raw_gbs(1):.2f} GB/s before, {raw_gbs(2):.2f} GB/s after; floor uses {bw:.2f}")
+print()
+print("| setting | s/token | GB read/token | I/O floor s | x floor | stall s/token | compute s/token | disk busy | hit rate | precision | recall |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+med = {}
+for s in ["serial", "d0", "d1", "d2", "d3"]:
+    runs = [json.load(open(f"{out}/{s}.{r}.json")) for r in range(1, repeat + 1)]
+    def m(f): return statistics.median(f(r) for r in runs)
+    steps = lambda r: len(r["per_token"]) - 1
+    spt = m(lambda r: r["seconds_per_token"])
+    gb = m(lambda r: sum(r["bytes_read"].values()) / steps(r) / 1e9)
+    med[s] = spt
+    name = "--no-overlap" if s == "serial" else f"distance {s[1]}"
+    print(f"| {name} | {spt:.3f} | {gb:.2f} | {gb / bw:.3f} | {spt / (gb / bw):.2f} | "
+          f"{m(lambda r: r['io_wait_seconds'] / steps(r)):.3f} | "
+          f"{m(lambda r: r['time']['expert_compute_seconds'] / steps(r)):.3f} | "
+          f"{m(lambda r: r['disk_busy_fraction']):.2f} | {m(lambda r: r['cache']['hit_rate']):.2f} | "
+          f"{m(lambda r: r['prefetch']['precision']):.2f} | {m(lambda r: r['prefetch']['recall']):.2f} |")
+print()
+best = min(("d1", "d2", "d3"), key=lambda s: med[s])
+print(f"speed-up over --no-overlap: " + ", ".join(f"distance {s[1]} {med['serial'] / med[s]:.2f}x" for s in ("d0", "d1", "d2", "d3")))
+print(f"speed-up over distance 0: " + ", ".join(f"distance {s[1]} {med['d0'] / med[s]:.2f}x" for s in ("d1", "d2", "d3")))
+p = json.load(open(f"{out}/prefill.json"))
+pb = sum(p["prefill"]["bytes_read"].values())
+print(f"prefill of 64 tokens: {p['prefill_seconds']:.2f} s, {p['prefill']['experts_demand_read']} expert reads "
+      f"for {p['prefill']['cache']['requests']} (layer, expert) pairs needed, {pb / 1e9:.2f} GB; "
+      f"floor {pb / 1e9 / bw:.2f} s -> {p['prefill_seconds'] / (pb / 1e9 / bw):.2f}x; "
+      f"expert compute {p['prefill']['time']['expert_compute_seconds']:.2f} s, stall {p['prefill']['io_wait_seconds']:.2f} s")
+PY
