@@ -804,33 +804,6 @@ absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
   return absl::OkStatus();
 }
 
-// Every engine setting but the swept ones, read and checked as `k3 generate` does.
-absl::StatusOr<EngineOptions> BaseEngineOptions() {
-  EngineOptions o;
-  o.trunk_dir = absl::GetFlag(FLAGS_trunk);
-  o.memory.ram_gb = absl::GetFlag(FLAGS_ram_gb);
-  o.memory.preset = absl::GetFlag(FLAGS_preset);
-  o.memory.trunk_gb = absl::GetFlag(FLAGS_trunk_gb);
-  o.memory.cache_gb = absl::GetFlag(FLAGS_cache_gb);
-  if (o.memory.ram_gb < 0) return absl::InvalidArgumentError("--ram-gb must be positive");
-  if (o.memory.trunk_gb < 0 || o.memory.cache_gb < 0) {
-    return absl::InvalidArgumentError("--trunk-gb and --cache-gb must be positive");
-  }
-  o.prefetch_width = absl::GetFlag(FLAGS_prefetch_width);
-  if (o.prefetch_width < 0) return absl::InvalidArgumentError("--prefetch-width must be >= 0");
-  o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0 || o.threads > 1024) {
-    return absl::InvalidArgumentError("--threads must be in 0..1024");
-  }
-  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
-  o.max_context = absl::GetFlag(FLAGS_max_context);
-  o.cache_policy = absl::GetFlag(FLAGS_cache_policy);
-  o.overlap = !absl::GetFlag(FLAGS_no_overlap);
-  o.show_progress = false;  // a trunk-load bar per run would bury the benchmark's progress
-  return o;
-}
-
 absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   DecodeSettings s;
   auto raw = ReadRawSettings();
@@ -844,9 +817,10 @@ absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   if (s.tokens < 2) return absl::InvalidArgumentError("--tokens must be at least 2");
   s.seed = absl::GetFlag(FLAGS_seed);
   s.plot = absl::GetFlag(FLAGS_plot);
-  auto base = BaseEngineOptions();
+  auto base = BaseEngineOptionsFromFlags();
   if (!base.ok()) return base.status();
   s.base = *std::move(base);
+  s.base.show_progress = false;  // a trunk-load bar per run would bury the benchmark's progress
   if (s.base.max_context < kPromptTokens + s.tokens) {
     return absl::InvalidArgumentError(absl::StrCat("--max-context must be at least ",
                                                    kPromptTokens + s.tokens, " (the ",

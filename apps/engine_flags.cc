@@ -103,11 +103,8 @@ absl::StatusOr<int> OneInt(std::string_view flag, const std::vector<std::string>
 
 }  // namespace
 
-absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   EngineOptions o;
-  auto dir = ModelDirFromFlags();
-  if (!dir.ok()) return dir.status();
-  o.model_dir = *dir;
   o.trunk_dir = absl::GetFlag(FLAGS_trunk);
   o.memory.ram_gb = absl::GetFlag(FLAGS_ram_gb);
   o.memory.preset = absl::GetFlag(FLAGS_preset);
@@ -121,12 +118,6 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     return absl::NotFoundError(absl::StrCat("--trunk ", o.trunk_dir,
                                             ": no trunk.json there (make one with k3 pack)"));
   }
-  auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), 32, 1, 4096);
-  if (!qd.ok()) return qd.status();
-  o.queue_depth = *qd;
-  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 0, 64);
-  if (!dist.ok()) return dist.status();
-  o.prefetch_distance = *dist;
   o.prefetch_width = absl::GetFlag(FLAGS_prefetch_width);
   if (o.prefetch_width < 0) return absl::InvalidArgumentError("--prefetch-width must be >= 0");
   o.threads = absl::GetFlag(FLAGS_threads);
@@ -149,26 +140,43 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     }
   }
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
+  o.show_progress = ShowProgress();
+  // Fault injection for reliability tests and soak runs (docs/RELIABILITY.md); announced, so a
+  // user never runs with it unknowingly.
+  if (const char* spec = std::getenv("K3_FAULTS"); spec != nullptr && *spec != '\0') {
+    auto plan = io::FaultPlan::Parse(spec);
+    if (!plan.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("K3_FAULTS: ", plan.status().message()));
+    }
+    o.faults = *std::move(plan);
+    std::fprintf(stderr, "k3: K3_FAULTS is set: injecting read faults (%s)\n", spec);
+  }
+  return o;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  auto o = BaseEngineOptionsFromFlags();
+  if (!o.ok()) return o.status();
+  auto dir = ModelDirFromFlags();
+  if (!dir.ok()) return dir.status();
+  o->model_dir = *dir;
+  auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), 32, 1, 4096);
+  if (!qd.ok()) return qd.status();
+  o->queue_depth = *qd;
+  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 0, 64);
+  if (!dist.ok()) return dist.status();
+  o->prefetch_distance = *dist;
   const std::vector<std::string> profiles = absl::GetFlag(FLAGS_storage_profile);
   if (profiles.size() > 1) {
     return absl::InvalidArgumentError(
         "--storage-profile: give one profile here (lists are for k3 bench)");
   }
   if (!profiles.empty()) {
-    o.storage_profile = profiles.front();
-    if (auto p = io::ParseStorageProfile(o.storage_profile); !p.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o.storage_profile, ": ",
-                                                     p.status().message()));
+    o->storage_profile = profiles.front();
+    if (auto p = io::ParseStorageProfile(o->storage_profile); !p.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o->storage_profile,
+                                                     ": ", p.status().message()));
     }
-  }
-  o.show_progress = ShowProgress();
-  // Fault injection for reliability tests and soak runs (docs/RELIABILITY.md); announced, so a
-  // user never runs with it unknowingly.
-  if (const char* spec = std::getenv("K3_FAULTS"); spec != nullptr && *spec != '\0') {
-    auto plan = io::FaultPlan::Parse(spec);
-    if (!plan.ok()) return absl::InvalidArgumentError(absl::StrCat("K3_FAULTS: ", plan.status().message()));
-    o.faults = *std::move(plan);
-    std::fprintf(stderr, "k3: K3_FAULTS is set: injecting read faults (%s)\n", spec);
   }
   return o;
 }

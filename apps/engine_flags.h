@@ -32,6 +32,10 @@ const std::vector<std::string_view>& EngineFlagNames();
 // is --model or the demo model (synthesised on first use). InvalidArgument names the flag.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
+// Every engine setting but the model directory and the ones k3 bench sweeps (queue depth,
+// prefetch distance, storage profile), read and checked; K3_FAULTS applied.
+absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags();
+
 // --model, or the built-in demo checkpoint, synthesised once into the user's cache directory
 // ($XDG_CACHE_HOME/k3/demo-model or ~/.cache/k3/demo-model) with a progress bar.
 absl::StatusOr<std::string> ModelDirFromFlags();
