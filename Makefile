@@ -5,15 +5,20 @@ K3 := $(BUILD)/apps/k3
 
 # The sanitizer and fuzz builds live beside the normal one (docs/RELIABILITY.md). -O1 keeps
 # them quick to compile and still fast enough to run; assertions stay on.
-ASAN_BUILD ?= $(BUILD)-asan
 TSAN_BUILD ?= $(BUILD)-tsan
 FUZZ_BUILD ?= $(BUILD)-fuzz
 SAN_CMAKE := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" --log-level=WARNING
+# One clang build serves both the ASan+UBSan suite and the fuzzers: K3_FUZZ instruments every
+# library with ASan+UBSan (plus coverage), so the tests built there are the sanitizer build and
+# CI compiles the project three times (normal, this, TSan), not four.
 # Under ASan: the PyTorch reference suites (reference.*) run Python, not k3, and take a minute
 # that ASan cannot improve; everything else runs.
 ASAN_EXCLUDE ?= ^reference\.
-# Under TSan: the suites with threads of their own (the read engine, the expert cache).
+# Under TSan: the suites with threads of their own (the read engine, the expert cache, the
+# streaming engine). The 108-configuration determinism grid runs in the normal and ASan suites;
+# under TSan the other engine tests (faults, lookahead, prefill, packs) cover the same threads.
 TSAN_TESTS ?= io_tests pipeline_tests
+TSAN_FILTER ?= -EngineTest.DeterminismGrid*
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -52,13 +57,13 @@ test: test-normal
 test-normal: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included).
+# The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included), in the
+# fuzz build, then the fuzzers' corpus replays with it.
 test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DK3_SANITIZE=address $(SAN_CMAKE)
-	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target k3 $(call test_targets,$(ASAN_BUILD))
-	@[ -e $(ASAN_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(ASAN_BUILD)/oracle
-	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
-
+	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target k3 fuzzers $(call test_targets,$(FUZZ_BUILD))
+	@[ -e $(FUZZ_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(FUZZ_BUILD)/oracle
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
 # The threaded suites under TSan, run directly (their tests all run, one binary at a time).
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -DK3_SANITIZE=thread $(SAN_CMAKE)
@@ -66,7 +71,7 @@ test-tsan: deps
 	@cd $(TSAN_BUILD) && for t in $(TSAN_TESTS); do \
 	  bin=$$(find tests -name $$t -type f -perm -u+x | head -1); \
 	  [ -n "$$bin" ] || { echo "test-tsan: no $$t" >&2; exit 1; }; \
-	  echo "test-tsan: $$bin"; ./$$bin --gtest_brief=1 || exit 1; \
+	  echo "test-tsan: $$bin"; ./$$bin --gtest_brief=1 --gtest_filter='$(TSAN_FILTER)' || exit 1; \
 	done
 
 # libFuzzer targets (fuzz/), with clang: each runs FUZZ_SECONDS from the committed seeds, after
@@ -79,6 +84,7 @@ fuzz-build: deps
 fuzz: fuzz-build
 	@fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD)
 
+# In CI after test-asan, which has built the fuzzers already (fuzz-build is then a quick check).
 fuzz-ci: fuzz-build
 	@fuzz/run.sh $(FUZZ_CI_SECONDS) $(FUZZ_BUILD)
 
@@ -86,4 +92,4 @@ format:
 	@git ls-files '*.h' '*.cc' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
