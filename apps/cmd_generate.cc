@@ -198,6 +198,15 @@ int RunGenerate(const std::vector<std::string>& positional) {
   if (!options.ok()) return ReportError(kName, options.status());
   auto prompt = ReadPrompt(options->model_dir);
   if (!prompt.ok()) return ReportError(kName, prompt.status());
+  // The memory plan reserves sequence state for --max-context tokens; past it the latent cache
+  // would outgrow the budget.
+  const int64_t context = options->max_context;
+  if (static_cast<int64_t>(prompt->ids.size()) >= context) {
+    return UsageError(kName, absl::StrCat("the prompt has ", prompt->ids.size(),
+                                          " tokens, --max-context is ", context,
+                                          " (raise --max-context)"));
+  }
+  const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
@@ -207,7 +216,12 @@ int RunGenerate(const std::vector<std::string>& positional) {
 
   InstallInterruptHandler();
   RunReport report(!quiet);
-  const absl::Status status = GenerateTokens(**engine, *prompt, *stops, n_predict, report);
+  if (n_predict > room && !quiet) {
+    std::fprintf(stderr, "k3 generate: --max-context %lld leaves room for %d of the %d tokens\n",
+                 static_cast<long long>(context), room, n_predict);
+  }
+  const absl::Status status =
+      GenerateTokens(**engine, *prompt, *stops, std::min(n_predict, room), report);
   std::printf("\n");
   std::fflush(stdout);
   if (!quiet) report.PrintSummary(**engine, Interrupted());

@@ -129,5 +129,42 @@ TEST(ReliabilityTest, KilledSynthNeverLeavesAModelThatOpens) {
   }
 }
 
+// Ctrl-C during generate: the run stops, the summary is printed and the exit code is 130.
+TEST(ReliabilityTest, CtrlCDuringGenerateExits130WithTheSummary) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  K3Result r = RunShell("\"$K3\" generate -m " + ShellQuote(dir / "m") +
+                        " --ids 3,7 -n 200000 --max-context 250000 --ignore-eos"
+                        " --report-json " + ShellQuote(dir / "r.json") +
+                        " > /dev/null & pid=$!; sleep 2; kill -INT $pid; wait $pid");
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("interrupted"));
+  EXPECT_TRUE(fs::exists(dir / "r.json")) << "the report of what was produced is written";
+}
+
+// A prompt that does not fit the context is refused before anything runs.
+TEST(ReliabilityTest, PromptBeyondMaxContextIsAUsageError) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  K3Result r = RunK3({"generate", "-m", dir / "m", "--ids", "1,2,3,4,5", "--max-context", "4"});
+  EXPECT_EQ(r.exit_code, kUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--max-context"));
+}
+
+// Disk full while packing: an error naming the file, and no pack left that would open.
+TEST(ReliabilityTest, PackOnAFullDiskFailsAndLeavesNoPack) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  const std::string out = dir / "p";
+  K3Result r = RunShell("ulimit -f 64 && trap '' XFSZ && exec \"$K3\" pack --model " +
+                        ShellQuote(dir / "m") + " --out " + ShellQuote(out) + " --quiet");
+  EXPECT_EQ(r.exit_code, kFailure) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(out));
+  EXPECT_FALSE(fs::exists(out + "/trunk.json"));
+  for (const std::string& name : FilesIn(out)) {
+    EXPECT_FALSE(name.ends_with(".partial")) << name << " left behind";
+  }
+}
+
 }  // namespace
 }  // namespace k3
