@@ -16,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "apps/chat_history.h"
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
@@ -47,8 +48,6 @@ namespace {
 using nlohmann::json;
 
 constexpr char kName[] = "chat";
-constexpr char kHistoryFormat[] = "k3-chat-history";
-constexpr int kHistoryVersion = 1;
 
 // Our own SIGINT flag rather than run_report's: a chat survives an interrupted reply, so the
 // flag must be cleared for the next one. A second Ctrl-C before the reply stops kills at once.
@@ -354,69 +353,26 @@ void ChatSession::Reset() {
 }
 
 absl::Status ChatSession::SaveHistory(const std::string& path) const {
-  std::vector<int32_t> tokens = state_.tokens();
-  tokens.insert(tokens.end(), pending_.begin(), pending_.end());
-  const json root = {{"format", kHistoryFormat},
-                     {"version", kHistoryVersion},
-                     {"model_fingerprint", engine_.config().Fingerprint()},
-                     {"messages", messages_},
-                     {"tokens", tokens}};
-  return io::WriteFileAtomically(path, root.dump(1) + "\n");
+  ChatHistory h;
+  h.messages = messages_;
+  h.tokens = state_.tokens();
+  h.tokens.insert(h.tokens.end(), pending_.begin(), pending_.end());
+  return io::WriteFileAtomically(path, SerializeChatHistory(h, engine_.config().Fingerprint()));
 }
 
-absl::Status Corrupt(const std::string& path, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("--history ", path, ": ", std::string(what),
-                                                 " (not a k3 chat history; left untouched)"));
-}
-
-// Checks every field before anything is used, so a damaged file is refused as a whole.
 absl::Status ChatSession::LoadHistory(const std::string& path, std::vector<int32_t>& tokens) {
   auto text = io::ReadFileToString(path);
   if (!text.ok()) return text.status();
-  json root;
-  try {
-    root = json::parse(*text);
-  } catch (const json::parse_error& e) {
-    return Corrupt(path, absl::StrCat("invalid JSON at byte ", e.byte));
-  }
-  if (!root.is_object() || root.value("format", "") != kHistoryFormat) {
-    return Corrupt(path, absl::StrCat("no \"format\": \"", kHistoryFormat, "\""));
-  }
-  if (root.value("version", 0) != kHistoryVersion) {
-    return Corrupt(path, absl::StrCat("unsupported version (this k3 reads ", kHistoryVersion, ")"));
-  }
-  const std::string mine = engine_.config().Fingerprint();
-  const json& theirs = root["model_fingerprint"];
-  if (!theirs.is_string()) return Corrupt(path, "\"model_fingerprint\" missing");
-  if (theirs.get<std::string>() != mine) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--history ", path, ": saved with another model (fingerprint ",
-                     theirs.get<std::string>(), ", this model is ", mine, "); left untouched"));
-  }
-  const json& msgs = root["messages"];
-  if (!msgs.is_array()) return Corrupt(path, "\"messages\" is not an array");
-  for (const json& m : msgs) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-        !m["content"].is_string()) {
-      return Corrupt(path, "a message without a string \"role\" and \"content\"");
-    }
-  }
-  const json& ids = root["tokens"];
-  if (!ids.is_array()) return Corrupt(path, "\"tokens\" is not an array");
-  for (const json& id : ids) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() >= engine_.config().vocab_size) {
-      return Corrupt(path, absl::StrCat("\"tokens\" holds ", id.dump(), ", not a token id below ",
-                                        engine_.config().vocab_size));
-    }
-  }
-  tokens = ids.get<std::vector<int32_t>>();
+  auto h =
+      ParseChatHistory(*text, path, engine_.config().Fingerprint(), engine_.config().vocab_size);
+  if (!h.ok()) return h.status();
+  tokens = std::move(h->tokens);
   if (static_cast<int64_t>(tokens.size()) > engine_.options().max_context) {
     return absl::FailedPreconditionError(absl::StrCat("--history ", path, ": ", tokens.size(),
                                                       " tokens exceed --max-context ",
                                                       engine_.options().max_context));
   }
-  messages_ = msgs;
+  messages_ = std::move(h->messages);
   return absl::OkStatus();
 }
 

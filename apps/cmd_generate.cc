@@ -163,9 +163,8 @@ void Emit(const Prompt& p, int32_t id, bool stop) {
 
 // Generates up to n_predict tokens after the prompt, streaming them; stops early at a stop id
 // or on Ctrl-C. Returns the status of the first failed step.
-absl::Status GenerateTokens(Engine& engine, const Prompt& prompt,
-                            const std::vector<int32_t>& stops, int32_t n_predict,
-                            RunReport& report) {
+absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vector<int32_t>& stops,
+                            int32_t n_predict, RunReport& report) {
   SequenceState state = engine.NewState();
   Sampler sampler(*ReadSampler());
   std::vector<float> logits;
@@ -202,9 +201,9 @@ int RunGenerate(const std::vector<std::string>& positional) {
   // would outgrow the budget.
   const int64_t context = options->max_context;
   if (static_cast<int64_t>(prompt->ids.size()) >= context) {
-    return UsageError(kName, absl::StrCat("the prompt has ", prompt->ids.size(),
-                                          " tokens, --max-context is ", context,
-                                          " (raise --max-context)"));
+    return UsageError(
+        kName, absl::StrCat("the prompt has ", prompt->ids.size(), " tokens, --max-context is ",
+                            context, " (raise --max-context)"));
   }
   const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto engine = Engine::Open(*options);
@@ -240,13 +239,16 @@ int RunGenerate(const std::vector<std::string>& positional) {
 
 const Subcommand& GenerateCommand() {
   static const Subcommand kCommand = [] {
-    std::vector<std::string_view> flags = {
-        "prompt", "prompt-file", "ids",       "n-predict",   "greedy",      "temp",  "top-k",
-        "top-p",  "seed",        "stop-id",   "ignore-eos",   "tokenizer",   "dump-logits", "report-json", "quiet"};
+    std::vector<std::string_view> flags = {"prompt",      "prompt-file", "ids",        "n-predict",
+                                           "greedy",      "temp",        "top-k",      "top-p",
+                                           "seed",        "stop-id",     "ignore-eos", "tokenizer",
+                                           "dump-logits", "report-json", "quiet"};
     for (std::string_view f : EngineFlagNames()) flags.push_back(f);
     return Subcommand{
-        kName, "generate text, streaming tokens as they are produced",
-        "generate [--model DIR] (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [--n-predict N]\n"
+        kName,
+        "generate text, streaming tokens as they are produced",
+        "generate [--model DIR] (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [--n-predict "
+        "N]\n"
         "            [--greedy | --temp X --top-p P --top-k K --seed S] [--stop-id ID ...]\n"
         "            [--ram-gb X | --preset NAME | --trunk-gb X --cache-gb X] [--trunk DIR]\n"
         "            [--queue-depth N] [--prefetch-distance D] [--threads N] [--no-overlap]\n"
@@ -260,7 +262,8 @@ const Subcommand& GenerateCommand() {
         "rate, GB read, stall) and a summary; --report-json writes every figure. Ctrl-C stops,\n"
         "prints the summary and exits 130. Output is identical at every memory, I/O and thread\n"
         "setting.",
-        flags, RunGenerate};
+        flags,
+        RunGenerate};
   }();
   return kCommand;
 }

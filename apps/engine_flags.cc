@@ -24,7 +24,8 @@ ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk
 ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
 ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
           "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
-          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list where a command sweeps it).");
+          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list "
+          "where a command sweeps it).");
 ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
 ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
 ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
@@ -39,9 +40,10 @@ namespace k3::cli {
 
 const std::vector<std::string_view>& EngineFlagNames() {
   static const std::vector<std::string_view> kNames = {
-      "model",          "ram-gb",        "preset",         "trunk-gb",      "cache-gb",
-      "trunk",          "queue-depth",   "prefetch-distance", "prefetch-width", "threads",
-      "prefill-chunk",  "max-context",   "cache-policy",   "storage-profile", "no-overlap"};
+      "model",          "ram-gb",          "preset",        "trunk-gb",
+      "cache-gb",       "trunk",           "queue-depth",   "prefetch-distance",
+      "prefetch-width", "threads",         "prefill-chunk", "max-context",
+      "cache-policy",   "storage-profile", "no-overlap"};
   return kNames;
 }
 
@@ -115,8 +117,8 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
     return absl::InvalidArgumentError("--trunk-gb and --cache-gb must not be negative");
   }
   if (!o.trunk_dir.empty() && !io::FileExists(o.trunk_dir + "/trunk.json")) {
-    return absl::NotFoundError(absl::StrCat("--trunk ", o.trunk_dir,
-                                            ": no trunk.json there (make one with k3 pack)"));
+    return absl::NotFoundError(
+        absl::StrCat("--trunk ", o.trunk_dir, ": no trunk.json there (make one with k3 pack)"));
   }
   o.prefetch_width = absl::GetFlag(FLAGS_prefetch_width);
   if (o.prefetch_width < 0) return absl::InvalidArgumentError("--prefetch-width must be >= 0");
@@ -133,10 +135,9 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
     const auto& names = PolicyNames();
     if (std::find(names.begin(), names.end(), o.cache_policy) == names.end() ||
         o.cache_policy == "belady") {
-      return absl::InvalidArgumentError(absl::StrCat("--cache-policy ", o.cache_policy,
-                                                     ": unknown (one of: ",
-                                                     absl::StrJoin(names, " "),
-                                                     "; belady needs the future: cache-sim only)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cache-policy ", o.cache_policy, ": unknown (one of: ", absl::StrJoin(names, " "),
+          "; belady needs the future: cache-sim only)"));
     }
   }
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
@@ -174,8 +175,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   if (!profiles.empty()) {
     o->storage_profile = profiles.front();
     if (auto p = io::ParseStorageProfile(o->storage_profile); !p.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o->storage_profile,
-                                                     ": ", p.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--storage-profile ", o->storage_profile, ": ", p.status().message()));
     }
   }
   return o;

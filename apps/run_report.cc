@@ -98,7 +98,8 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
   }
   const StepMetrics d = decode_totals();
   const size_t decoded = steps_.empty() ? 0 : steps_.size() - 1;
-  std::fprintf(stderr, "\n%s%zu prompt tokens in %.3f s; %zu decode steps, median %.3f s/token "
+  std::fprintf(stderr,
+               "\n%s%zu prompt tokens in %.3f s; %zu decode steps, median %.3f s/token "
                "(%.2f tok/s)\n",
                interrupted ? "interrupted: " : "", prompt_ids_.size(), prefill_.seconds, decoded,
                median_decode_seconds(),

@@ -30,14 +30,14 @@ struct EngineOptions {
   std::string model_dir;
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
-  int64_t max_context = 4096;  // sizes the planned sequence state
-  int queue_depth = 32;        // reads in flight
-  int prefetch_distance = 0;   // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
-  int prefetch_width = 0;      // experts predicted per layer (0 = the model's top-k)
+  int64_t max_context = 4096;          // sizes the planned sequence state
+  int queue_depth = 32;                // reads in flight
+  int prefetch_distance = 0;           // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
+  int prefetch_width = 0;              // experts predicted per layer (0 = the model's top-k)
   double prefetch_cap_fraction = 0.5;  // prefetch bytes in flight, as a fraction of the cache
-  int threads = 0;             // compute threads (0 = one per core)
-  bool overlap = true;         // false: the serial baseline (read a layer's experts, then compute)
-  std::string cache_policy;    // empty: the default policy
+  int threads = 0;                     // compute threads (0 = one per core)
+  bool overlap = true;       // false: the serial baseline (read a layer's experts, then compute)
+  std::string cache_policy;  // empty: the default policy
   std::string storage_profile = "direct";
   int prefill_chunk = 64;
   bool direct_io = true;       // O_DIRECT (false only for tests on file systems that refuse it)
@@ -55,12 +55,12 @@ struct StepMetrics {
   uint64_t expert_prefetch_used_bytes = 0;    // prefetched, then demanded
   uint64_t expert_prefetch_wasted_bytes = 0;  // prefetched, evicted or dropped unused
   uint64_t trunk_bytes = 0;
-  uint64_t experts_demand_read = 0;           // expert reads issued by demand
-  uint64_t cache_requests = 0;                // demanded experts
-  uint64_t cache_hits = 0;                    // already resident (prefetched or cached)
-  uint64_t prefetch_predicted = 0;            // predictions checked against the truth
+  uint64_t experts_demand_read = 0;  // expert reads issued by demand
+  uint64_t cache_requests = 0;       // demanded experts
+  uint64_t cache_hits = 0;           // already resident (prefetched or cached)
+  uint64_t prefetch_predicted = 0;   // predictions checked against the truth
   uint64_t prefetch_correct = 0;
-  uint64_t routed_experts = 0;                // demanded experts the predictions are scored on
+  uint64_t routed_experts = 0;  // demanded experts the predictions are scored on
   // Where the time goes, beside the stall: issuing reads (cache lookups, waits for a free
   // slot), running the lookahead routers, and multiplying experts (busy time of the experts'
   // flow-graph nodes, any thread).

@@ -209,9 +209,9 @@ void StreamingExpertProvider::Demand(size_t i) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!grant.ok()) {
       if (error_.ok()) {
-        error_ = absl::ResourceExhaustedError(absl::StrCat(
-            "no expert cache slot for ", key.ToString(), " within ", absl::FormatDuration(kSlotWait),
-            ": ", grant.status().message()));
+        error_ = absl::ResourceExhaustedError(
+            absl::StrCat("no expert cache slot for ", key.ToString(), " within ",
+                         absl::FormatDuration(kSlotWait), ": ", grant.status().message()));
       }
       wants_[i].state = WantState::kFailed;
       return;
@@ -348,8 +348,7 @@ void StreamingExpertProvider::ReleaseBatch() {
   }
 }
 
-absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer,
-                                                    std::span<const int32_t> experts,
+absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<const int32_t> experts,
                                                     const ExpertUse& use,
                                                     const std::function<void()>& alongside) {
   if (!options_.overlap) {

@@ -75,8 +75,8 @@ class StreamingExpertProvider : public ExpertProvider {
   struct Pending {
     io::ReadId id = 0;
     bool prefetch = false;
-    bool demanded = false;          // a demand is waiting on it (never cancel)
-    std::vector<size_t> waiters;    // indices into wants_
+    bool demanded = false;        // a demand is waiting on it (never cancel)
+    std::vector<size_t> waiters;  // indices into wants_
     std::span<uint8_t> slot;
   };
 

@@ -20,9 +20,13 @@ struct Preset {
   const char* name;
   double fraction;  // of the whole model; < 0: special (ultra, max, auto)
 };
-constexpr Preset kPresets[] = {
-    {"ultra", -1},          {"laptop", 16 / 1560.0},  {"desktop", 64 / 1560.0},
-    {"workstation", 192 / 1560.0}, {"server", 512 / 1560.0}, {"max", -1}, {"auto", -1}};
+constexpr Preset kPresets[] = {{"ultra", -1},
+                               {"laptop", 16 / 1560.0},
+                               {"desktop", 64 / 1560.0},
+                               {"workstation", 192 / 1560.0},
+                               {"server", 512 / 1560.0},
+                               {"max", -1},
+                               {"auto", -1}};
 
 // Bytes a trunk tensor takes once loaded (core/model/weights.h): matrices keep BF16 and F32 and
 // widen F16 to F32; vectors are held as fp32.
@@ -147,10 +151,10 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context,
       {static_cast<uint64_t>(c.hidden_size), static_cast<uint64_t>(c.kda_width()),
        static_cast<uint64_t>(c.intermediate_size), static_cast<uint64_t>(c.shared_width()),
        static_cast<uint64_t>(c.num_attention_heads * c.mla_q_head_dim())});
-  const uint64_t per_token =
-      4 * (12 * widest + static_cast<uint64_t>(c.num_experts_per_token) *
-                             (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
-           static_cast<uint64_t>(c.num_experts));
+  const uint64_t per_token = 4 * (12 * widest +
+                                  static_cast<uint64_t>(c.num_experts_per_token) *
+                                      (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
+                                  static_cast<uint64_t>(c.num_experts));
   f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size + (8u << 20);
   return f;
 }
@@ -174,9 +178,9 @@ uint64_t MemoryPlan::planned_bytes() const {
 }
 
 std::string MemoryPlan::Describe() const {
-  std::string s = absl::StrFormat("memory plan (%s): budget %s, minimum %s, whole model %s\n",
-                                  source, Gb(budget_bytes), Gb(minimum_bytes),
-                                  Gb(everything_bytes));
+  std::string s =
+      absl::StrFormat("memory plan (%s): budget %s, minimum %s, whole model %s\n", source,
+                      Gb(budget_bytes), Gb(minimum_bytes), Gb(everything_bytes));
   absl::StrAppendFormat(&s, "  embedding + lm_head  %10s\n", Gb(globals_bytes));
   absl::StrAppendFormat(&s, "  routers              %10s\n", Gb(router_bytes));
   absl::StrAppendFormat(&s, "  trunk pinned         %10s  (%d of %d layers)\n",
@@ -215,15 +219,14 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
     cache_room = static_cast<uint64_t>(r.cache_gb * kGB);
     plan.budget_bytes = fixed + trunk_room + cache_room;
     if (trunk_room < RingFor(f) && trunk_room < TrunkBytes(f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--trunk-gb ", r.trunk_gb, ": the trunk needs at least ",
-          Gb(std::min(RingFor(f), TrunkBytes(f))), " (a ring of two layers)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--trunk-gb ", r.trunk_gb, ": the trunk needs at least ",
+                       Gb(std::min(RingFor(f), TrunkBytes(f))), " (a ring of two layers)"));
     }
     if (cache_room < MinimumCache(f)) {
-      return absl::InvalidArgumentError(absl::StrCat("--cache-gb ", r.cache_gb,
-                                                     ": the expert cache needs at least ",
-                                                     Gb(MinimumCache(f)), " (one layer's ",
-                                                     f.experts_per_token, " experts)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cache-gb ", r.cache_gb, ": the expert cache needs at least ",
+                       Gb(MinimumCache(f)), " (one layer's ", f.experts_per_token, " experts)"));
     }
   } else {
     auto budget = BudgetFor(f, r, available_ram_bytes, plan.minimum_bytes, plan.everything_bytes,
@@ -232,9 +235,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
     plan.budget_bytes = *budget;
     if (plan.budget_bytes < plan.minimum_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          plan.source, ": a budget of ", Gb(plan.budget_bytes), " is below this model's minimum of ",
-          Gb(plan.minimum_bytes), " (use --ram-gb ",
-          absl::StrFormat("%.3f", std::ceil(plan.minimum_bytes / 1e6) / 1e3), " or more, or --preset ultra)"));
+          plan.source, ": a budget of ", Gb(plan.budget_bytes),
+          " is below this model's minimum of ", Gb(plan.minimum_bytes), " (use --ram-gb ",
+          absl::StrFormat("%.3f", std::ceil(plan.minimum_bytes / 1e6) / 1e3),
+          " or more, or --preset ultra)"));
     }
     trunk_room = plan.budget_bytes - fixed - MinimumCache(f);
   }

@@ -29,14 +29,14 @@ struct MemoryRequest {
 
 // The memory-relevant sizes of one checkpoint.
 struct ModelFootprint {
-  uint64_t globals_bytes = 0;             // embedding, lm_head, final norm and AttnRes
-  uint64_t router_bytes = 0;              // every MoE layer's router (lookahead needs them all)
-  std::vector<uint64_t> layer_bytes;      // per layer: its trunk tensors but the router, in RAM
-  uint64_t expert_slot_bytes = 0;         // one expert's cache slot (bytes plus alignment)
-  uint64_t all_experts_bytes = 0;         // every routed expert in slots
-  int64_t experts_per_token = 0;          // top-k
-  uint64_t state_bytes = 0;               // sequence state at the planned context length
-  uint64_t buffer_bytes = 0;              // activations, logits, I/O bookkeeping
+  uint64_t globals_bytes = 0;         // embedding, lm_head, final norm and AttnRes
+  uint64_t router_bytes = 0;          // every MoE layer's router (lookahead needs them all)
+  std::vector<uint64_t> layer_bytes;  // per layer: its trunk tensors but the router, in RAM
+  uint64_t expert_slot_bytes = 0;     // one expert's cache slot (bytes plus alignment)
+  uint64_t all_experts_bytes = 0;     // every routed expert in slots
+  int64_t experts_per_token = 0;      // top-k
+  uint64_t state_bytes = 0;           // sequence state at the planned context length
+  uint64_t buffer_bytes = 0;          // activations, logits, I/O bookkeeping
 };
 
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
@@ -45,15 +45,15 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
 struct MemoryPlan {
   std::string source;  // how the budget was chosen, e.g. "--ram-gb 12" or "preset laptop"
   uint64_t budget_bytes = 0;
-  uint64_t minimum_bytes = 0;        // the smallest budget this model runs in
-  uint64_t everything_bytes = 0;     // the budget that holds the whole model
+  uint64_t minimum_bytes = 0;     // the smallest budget this model runs in
+  uint64_t everything_bytes = 0;  // the budget that holds the whole model
   uint64_t globals_bytes = 0;
   uint64_t router_bytes = 0;
   uint64_t state_bytes = 0;
   uint64_t buffer_bytes = 0;
-  std::vector<bool> pinned;          // per layer: resident (true) or streamed through the ring
+  std::vector<bool> pinned;  // per layer: resident (true) or streamed through the ring
   uint64_t pinned_trunk_bytes = 0;
-  int ring_slots = 0;                // 0 when every layer is pinned
+  int ring_slots = 0;  // 0 when every layer is pinned
   uint64_t ring_slot_bytes = 0;
   uint64_t cache_bytes = 0;
   int64_t cache_slots = 0;

@@ -36,9 +36,7 @@ class StreamingEngine : public Engine {
   const MemoryPlan& plan() const override { return plan_; }
   const EngineOptions& options() const override { return options_; }
   SequenceState NewState() const override { return SequenceState(config()); }
-  std::vector<PrefetchAccuracy> prefetch_accuracy() const override {
-    return provider_->accuracy();
-  }
+  std::vector<PrefetchAccuracy> prefetch_accuracy() const override { return provider_->accuracy(); }
 
   nlohmann::json Settings() const override {
     return {{"model", options_.model_dir},
@@ -135,12 +133,13 @@ absl::Status StreamingEngine::LoadPinnedTrunk() {
 }
 
 absl::Status StreamingEngine::OpenReads(const ModelFootprint& footprint) {
-  auto policy = MakePolicy(options_.cache_policy.empty() ? kDefaultPolicy : options_.cache_policy,
-                           {.capacity = plan_.cache_slots,
-                            .num_layers = static_cast<int32_t>(config().num_layers)});
+  auto policy = MakePolicy(
+      options_.cache_policy.empty() ? kDefaultPolicy : options_.cache_policy,
+      {.capacity = plan_.cache_slots, .num_layers = static_cast<int32_t>(config().num_layers)});
   if (!policy.ok()) return policy.status();
   auto cache = ExpertCache::Create(
-      {.budget_bytes = plan_.cache_bytes, .slot_bytes = footprint.expert_slot_bytes}, *std::move(policy));
+      {.budget_bytes = plan_.cache_bytes, .slot_bytes = footprint.expert_slot_bytes},
+      *std::move(policy));
   if (!cache.ok()) return cache.status();
   cache_ = *std::move(cache);
   auto profile = io::ParseStorageProfile(options_.storage_profile);
@@ -183,8 +182,8 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
   if (!plan.ok()) return plan.status();
   plan_ = *std::move(plan);
   threads_ = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
-  limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                                 threads_);
+  limit_ =
+      std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads_);
   if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
   if (absl::Status s = OpenReads(footprint); !s.ok()) return s;
   prefetch_width_ = options.prefetch_width > 0 ? options.prefetch_width

@@ -96,8 +96,7 @@ void TrunkStreamer::Schedule(int64_t layer) {
         .file = file,
         .offset = r.file_offset,
         .length = r.length,
-        .buffer = slot.memory.subspan(r.slot_offset,
-                                      io::BufferBytesFor(r.file_offset, r.length)),
+        .buffer = slot.memory.subspan(r.slot_offset, io::BufferBytesFor(r.file_offset, r.length)),
         .priority = io::Priority::kTrunk,
         .user_data = 0,
         .on_complete = [this, &slot, r](io::ReadResult res) { OnRead(slot, r, std::move(res)); }};
@@ -125,8 +124,8 @@ void TrunkStreamer::OnRead(Slot& slot, const Read& read, io::ReadResult result) 
         // A pack run: every tensor of the layer at its offset inside the run.
         for (const PackedTensor& pt : pack_->layer_run(slot.layer)->tensors) {
           const TensorInfo* t = ckpt_.Find(pt.name);
-          if (t != nullptr) slot.tensors[t] = result.data.subspan(pt.offset - read.file_offset,
-                                                                  pt.length);
+          if (t != nullptr)
+            slot.tensors[t] = result.data.subspan(pt.offset - read.file_offset, pt.length);
         }
       }
     }
@@ -142,8 +141,9 @@ void TrunkStreamer::OnRead(Slot& slot, const Read& read, io::ReadResult result) 
 absl::Status TrunkStreamer::Build(Slot& slot) {
   slot.weights = LayerWeights{};
   slot.storage.clear();
-  const TensorBytesFn source = [&slot](const TensorInfo& t, std::vector<uint8_t>&)
-      -> absl::StatusOr<std::span<const uint8_t>> {
+  const TensorBytesFn source =
+      [&slot](const TensorInfo& t,
+              std::vector<uint8_t>&) -> absl::StatusOr<std::span<const uint8_t>> {
     auto it = slot.tensors.find(&t);
     if (it == slot.tensors.end()) {
       return absl::InternalError(absl::StrCat(t.name, " was not in the streamed layer"));

@@ -190,8 +190,8 @@ void Model::SharedExperts(const MoeWeights& w, std::span<const float> x, size_t 
   MatMul(w.shared_down, gate, tokens, out);
 }
 
-absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x,
-                        size_t tokens, std::span<float> out) const {
+absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
+                        std::span<float> out) const {
   const size_t experts = config_.num_experts, top = config_.num_experts_per_token;
   const size_t latent = config_.routed_expert_hidden_size, width = config_.moe_intermediate_size;
   // Route every token on the full width, in fp32.

@@ -150,7 +150,7 @@ class TrunkLoader {
     auto raw = source_(*t, owned);
     if (!raw.ok() || raw->size() != t->byte_size) {
       Check(raw.ok() ? absl::DataLossError(absl::StrCat(name, ": got ", raw->size(),
-                                                          " bytes, expected ", t->byte_size))
+                                                        " bytes, expected ", t->byte_size))
                      : raw.status());
       t = nullptr;
       return {};

@@ -20,14 +20,15 @@ constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
 
 TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
   testing::TempDir dir;
-  ASSERT_EQ(RunK3({"synth", "--preset", "demo", "--router-skew", "1", "--out", dir / "m",
-                   "--quiet"})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      RunK3({"synth", "--preset", "demo", "--router-skew", "1", "--out", dir / "m", "--quiet"})
+          .exit_code,
+      0);
   std::vector<int32_t> tokens;
   for (const char* budget : {"ultra", "0.09", "max"}) {
-    std::vector<std::string> args = {"generate", "-m",  dir / "m", "--ids", "5,17,300,42,7,99",
-                                     "-n",       "12", "--report-json", dir / "r.json"};
+    std::vector<std::string> args = {"generate",         "-m", dir / "m", "--ids",
+                                     "5,17,300,42,7,99", "-n", "12",      "--report-json",
+                                     dir / "r.json"};
     if (std::string(budget) == "0.09") {
       args.insert(args.end(), {"--ram-gb", budget});
     } else {
@@ -61,8 +62,8 @@ TEST(MemoryTest, BudgetBelowMinimumExitsTwoStatingTheMinimum) {
 TEST(FaultsCliTest, TransientFaultsSameTokensPermanentFaultExitsOneNamingFileAndOffset) {
   testing::TempDir dir;
   ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
-  const std::vector<std::string> args = {"generate", "-m", dir / "m", "--ids", "3,7,11",
-                                         "-n", "10", "--preset", "ultra", "--ignore-eos"};
+  const std::vector<std::string> args = {"generate", "-m", dir / "m",  "--ids", "3,7,11",
+                                         "-n",       "10", "--preset", "ultra", "--ignore-eos"};
   auto clean = RunK3(args);
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   ::setenv("K3_FAULTS", "random=0.05,seed=3,short=8192", 1);

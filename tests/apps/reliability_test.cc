@@ -135,7 +135,8 @@ TEST(ReliabilityTest, CtrlCDuringGenerateExits130WithTheSummary) {
   ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
   K3Result r = RunShell("\"$K3\" generate -m " + ShellQuote(dir / "m") +
                         " --ids 3,7 -n 200000 --max-context 250000 --ignore-eos"
-                        " --report-json " + ShellQuote(dir / "r.json") +
+                        " --report-json " +
+                        ShellQuote(dir / "r.json") +
                         " > /dev/null & pid=$!; sleep 2; kill -INT $pid; wait $pid");
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_THAT(r.err, HasSubstr("interrupted"));
@@ -164,6 +165,21 @@ TEST(ReliabilityTest, PackOnAFullDiskFailsAndLeavesNoPack) {
   for (const std::string& name : FilesIn(out)) {
     EXPECT_FALSE(name.ends_with(".partial")) << name << " left behind";
   }
+}
+
+// A chat turn that would pass --max-context is refused with a notice naming it; the chat goes
+// on, and /reset makes room again.
+TEST(ReliabilityTest, ChatTurnBeyondMaxContextIsRefusedAndResetRecovers) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "demo", "--set", "num_hidden_layers=2", "--set",
+                   "full_attn_layers=2", "--out", dir / "m", "--quiet"})
+                .exit_code,
+            0);
+  K3Result r = RunK3({"chat", "-m", dir / "m", "--max-context", "60", "-n", "8", "--quiet"},
+                     "hello there\nand again with more words\n/reset\nhi\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("would pass --max-context 60"));
+  EXPECT_THAT(r.err, HasSubstr("/reset"));
 }
 
 }  // namespace

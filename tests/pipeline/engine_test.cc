@@ -156,9 +156,9 @@ void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_op
             o.prefetch_distance = distance;
             o.threads = threads;
             o.overlap = overlap;
-            const std::string where = absl::StrCat("budget ", budget, " qd ", qd, " distance ",
-                                                   distance, " threads ", threads, " overlap ",
-                                                   overlap);
+            const std::string where =
+                absl::StrCat("budget ", budget, " qd ", qd, " distance ", distance, " threads ",
+                             threads, " overlap ", overlap);
             auto run = Stream(o);
             ASSERT_TRUE(run.ok()) << where << ": " << run.status();
             ASSERT_EQ(run->ids, base.ids) << where;
@@ -243,7 +243,8 @@ TEST_F(EngineTest, LookaheadPredictsAndIsScored) {
   std::vector<float> logits;
   StepMetrics m;
   ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*engine)->Decode(Argmax(logits), state, logits, &m).ok());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE((*engine)->Decode(Argmax(logits), state, logits, &m).ok());
   const auto accuracy = (*engine)->prefetch_accuracy();
   ASSERT_EQ(accuracy.size(), 2u);
   for (const auto& a : accuracy) {
@@ -313,8 +314,7 @@ TEST_F(EngineTest, CorruptExpertScaleIsAnErrorNotAToken) {
   o.memory.preset = "max";
   auto run = Stream(o);
   ASSERT_FALSE(run.ok());
-  EXPECT_NE(std::string(run.status().message()).find("0xFF"), std::string::npos)
-      << run.status();
+  EXPECT_NE(std::string(run.status().message()).find("0xFF"), std::string::npos) << run.status();
 }
 
 TEST_F(EngineTest, BudgetBelowMinimumIsRefusedWithTheMinimum) {
