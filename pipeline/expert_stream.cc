@@ -275,7 +275,12 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
   // Stage B: multiply each expert as soon as its bytes are in.
   tbb::flow::function_node<size_t> multiply(g, tbb::flow::unlimited, [&](size_t i) {
     compute.Start();
-    const Want& w = wants_[i];
+    Want w;
+    {
+      // The completion wrote it under the lock on an engine thread; read it the same way.
+      std::lock_guard<std::mutex> lock(mu_);
+      w = wants_[i];
+    }
     use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
     compute.Stop();
   });
