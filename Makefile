@@ -22,7 +22,7 @@ TSAN_FILTER ?= -EngineTest.DeterminismGrid*
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp
 
 # The GoogleTest binaries of a configured build dir (every executable target named *_test or
 # *_tests), so that new test folders are picked up without touching this file.

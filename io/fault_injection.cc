@@ -1,5 +1,7 @@
 #include "io/fault_injection.h"
 
+#include "io/tsan_mutex.h"
+
 #include <cerrno>
 
 #include "absl/strings/numbers.h"
@@ -9,7 +11,7 @@
 namespace k3::io {
 
 FaultPlan& FaultPlan::FailAttempts(int64_t first, int count, int err) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   Rule rule;
   rule.kind = Kind::kFailAttempts;
   rule.first = first;
@@ -21,7 +23,7 @@ FaultPlan& FaultPlan::FailAttempts(int64_t first, int count, int err) {
 
 FaultPlan& FaultPlan::FailAtOffset(uint64_t offset, int err, int count,
                                    const std::string& path_suffix) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   Rule rule;
   rule.kind = Kind::kFailAtOffset;
   rule.count = count;
@@ -33,7 +35,7 @@ FaultPlan& FaultPlan::FailAtOffset(uint64_t offset, int err, int count,
 }
 
 FaultPlan& FaultPlan::ShortReads(uint64_t max_bytes, int64_t first, int count) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   Rule rule;
   rule.kind = Kind::kShortReads;
   rule.first = first;
@@ -44,13 +46,13 @@ FaultPlan& FaultPlan::ShortReads(uint64_t max_bytes, int64_t first, int count) {
 }
 
 FaultPlan& FaultPlan::Slow(absl::Duration delay) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   delay_ = delay;
   return *this;
 }
 
 FaultPlan& FaultPlan::RefuseDirect() {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   refuse_direct_ = true;
   return *this;
 }
@@ -81,7 +83,7 @@ bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, ui
 }
 
 FaultPlan& FaultPlan::FailRandomly(double probability, int err, uint64_t seed) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   Rule r;
   r.kind = Kind::kRandom;
   r.err = err;
@@ -126,7 +128,7 @@ absl::StatusOr<std::shared_ptr<FaultPlan>> FaultPlan::Parse(const std::string& s
 
 FaultPlan::Outcome FaultPlan::Apply(const std::string& path, uint64_t offset, uint64_t length,
                                     int64_t result) {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   const int64_t attempt = ++attempts_;
   Outcome out{result, delay_};
   if (result < 0) return out;  // a real error stays what it is
@@ -147,17 +149,17 @@ FaultPlan::Outcome FaultPlan::Apply(const std::string& path, uint64_t offset, ui
 }
 
 bool FaultPlan::refuses_direct() const {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   return refuse_direct_;
 }
 
 int64_t FaultPlan::attempts() const {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   return attempts_;
 }
 
 int64_t FaultPlan::injected() const {
-  absl::MutexLock lock(&mu_);
+  AnnotatedMutexLock lock(&mu_);
   return injected_;
 }
 

@@ -1,5 +1,7 @@
 #include "io/file.h"
 
+#include "io/tsan_mutex.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -181,8 +183,8 @@ struct SequentialWriter::Impl {
     for (;;) {
       std::pair<int, uint64_t> job;
       {
-        absl::MutexLock lock(&mu);
-        mu.Await(absl::Condition(
+        AnnotatedMutexLock lock(&mu);
+        Await(mu, absl::Condition(
             +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
               return self->closing || !self->pending.empty();
             },
@@ -192,7 +194,7 @@ struct SequentialWriter::Impl {
         pending.pop_front();
       }
       absl::Status s = PwriteAll(fd, buffers[job.first].get(), kBlockBytes, job.second, path);
-      absl::MutexLock lock(&mu);
+      AnnotatedMutexLock lock(&mu);
       if (!s.ok() && error.ok()) error = s;
       free_list.push_back(job.first);
     }
@@ -200,11 +202,11 @@ struct SequentialWriter::Impl {
 
   // Queues the current (full) buffer and waits for a free one.
   absl::Status SubmitCurrent() {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     if (!error.ok()) return error;
     pending.emplace_back(current, file_offset);
     file_offset += kBlockBytes;
-    mu.Await(absl::Condition(
+    Await(mu, absl::Condition(
         +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
           return !self->free_list.empty() || !self->error.ok();
         },
@@ -218,12 +220,12 @@ struct SequentialWriter::Impl {
 
   absl::Status StopWriter() {
     {
-      absl::MutexLock lock(&mu);
+      AnnotatedMutexLock lock(&mu);
       closing = true;
     }
     for (std::thread& t : writers) t.join();
     writers.clear();
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     return error;
   }
 };
@@ -247,7 +249,7 @@ absl::StatusOr<std::unique_ptr<SequentialWriter>> SequentialWriter::Create(
     if (!impl->buffers.back()) return absl::ResourceExhaustedError("out of memory for buffers");
   }
   {
-    absl::MutexLock lock(&impl->mu);
+    AnnotatedMutexLock lock(&impl->mu);
     for (int i = 1; i < Impl::kBuffers; ++i) impl->free_list.push_back(i);
   }
   Impl* raw = impl.get();

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "io/engine_internal.h"
+#include "io/tsan_mutex.h"
 
 namespace k3::io {
 namespace internal {
@@ -118,7 +119,7 @@ namespace internal {
 void NoticeOnce(const std::string& key, const std::string& text) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* seen = new std::vector<std::string>();
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   if (std::find(seen->begin(), seen->end(), key) != seen->end()) return;
   seen->push_back(key);
   std::fprintf(stderr, "k3: %s\n", text.c_str());
@@ -272,7 +273,7 @@ void ReadEngine::Impl::Shutdown() {
   if (backend == nullptr) return;  // Start() failed before anything ran
   std::vector<Finished> out;
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     stopping = true;
     std::vector<RequestState*> all;
     for (auto& [id, r] : live) all.push_back(r.get());
@@ -282,17 +283,17 @@ void ReadEngine::Impl::Shutdown() {
   }
   backend->Wake();
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return live.empty() && deferred.empty();
     };
-    mu.Await(absl::Condition(&drained));
+    Await(mu, absl::Condition(&drained));
     timer_stop = true;
   }
   if (timer.joinable()) timer.join();
   backend->Wake();
   backend->Join();
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   for (auto& f : files) {
     ::close(f->fd);
     for (int fd : f->retired_fds) ::close(fd);
@@ -332,7 +333,7 @@ absl::StatusOr<FileId> ReadEngine::Impl::OpenFile(const std::string& path) {
   f->fd = fd;
   f->direct = direct;
   f->size = static_cast<uint64_t>(st.st_size);
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   f->slot = backend->RegisterFile(fd);
   files.push_back(std::move(f));
   return static_cast<FileId>(files.size() - 1);
@@ -360,7 +361,7 @@ absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
   std::vector<Finished> out;
   ReadId id;
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     if (request.file < 0 || static_cast<size_t>(request.file) >= files.size()) {
       return absl::InvalidArgumentError(absl::StrCat("unknown file id ", request.file));
     }
@@ -393,7 +394,7 @@ absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
 }
 
 ReadResult ReadEngine::Impl::Wait(ReadId id) {
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   auto it = live.find(id);
   if (it != live.end() && it->second->spec.on_complete) {
     return {.id = id, .status = absl::InvalidArgumentError("this read delivers to a callback")};
@@ -401,7 +402,7 @@ ReadResult ReadEngine::Impl::Wait(ReadId id) {
   auto ready = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return done.contains(id) || !live.contains(id);
   };
-  mu.Await(absl::Condition(&ready));
+  Await(mu, absl::Condition(&ready));
   auto d = done.find(id);
   if (d == done.end()) {
     return {.id = id,
@@ -426,15 +427,15 @@ std::optional<ReadResult> ReadEngine::Impl::ClaimOldest() {
 }
 
 std::optional<ReadResult> ReadEngine::Impl::WaitAny(absl::Duration timeout) {
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !done.empty(); };
-  mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  AwaitWithTimeout(mu, absl::Condition(&ready), timeout);
   return ClaimOldest();
 }
 
 bool ReadEngine::Impl::Cancel(ReadId id) {
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     auto it = live.find(id);
     if (it == live.end()) return false;
     std::vector<Finished> out;
@@ -449,7 +450,7 @@ bool ReadEngine::Impl::Cancel(ReadId id) {
 int ReadEngine::Impl::CancelPrefetches(const std::function<bool(uint64_t)>& filter) {
   int count = 0;
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     std::vector<RequestState*> victims;
     for (auto& [id, r] : live) {
       if (r->priority() == kPrefetch && !r->cancelled && (!filter || filter(r->spec.user_data))) {
@@ -574,7 +575,7 @@ Chunk* ReadEngine::Impl::Issue(Chunk* c) {
 }
 
 bool ReadEngine::Impl::TakeChunks(size_t max, std::vector<Chunk*>* out) {
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   while (out->size() < max) {
     Chunk* c = NextChunk();
     if (c == nullptr) break;
@@ -584,12 +585,12 @@ bool ReadEngine::Impl::TakeChunks(size_t max, std::vector<Chunk*>* out) {
 }
 
 Chunk* ReadEngine::Impl::WaitForChunk() {
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return CanIssue() || (stopping && live.empty());
   };
   for (;;) {
-    mu.Await(absl::Condition(&ready));
+    Await(mu, absl::Condition(&ready));
     if (Chunk* c = NextChunk()) return c;
     if (stopping && live.empty()) return nullptr;
   }
@@ -607,7 +608,7 @@ void ReadEngine::Impl::Complete(Chunk* c, int64_t result) {
   }
   std::vector<Finished> out;
   {
-    absl::MutexLock lock(&mu);
+    AnnotatedMutexLock lock(&mu);
     --backend_in_flight;
     const absl::Time release = std::max(c->not_before, c->issued + delay);
     if (!stopping && release > absl::Now()) {
@@ -802,7 +803,7 @@ void ReadEngine::Impl::TimerLoop() {
   // Emulated latencies are a few hundred microseconds to milliseconds: the default 50 us timer
   // slack would add to every one of them.
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-  absl::MutexLock lock(&mu);
+  AnnotatedMutexLock lock(&mu);
   for (;;) {
     std::vector<Finished> out;
     bool released = false;
@@ -823,10 +824,12 @@ void ReadEngine::Impl::TimerLoop() {
     for (Finished& f : deferred) out.push_back(std::move(f));
     deferred.clear();
     if (released || !out.empty()) {
+      TsanReleasing(&mu);
       mu.Unlock();
       Deliver(out);
       backend->Wake();
       mu.Lock();
+      TsanAcquired(&mu);
       continue;
     }
     if (timer_stop && timed.empty()) return;
@@ -835,9 +838,9 @@ void ReadEngine::Impl::TimerLoop() {
       return timed_generation != generation || timer_stop;
     };
     if (timed.empty()) {
-      mu.Await(absl::Condition(&changed));
+      Await(mu, absl::Condition(&changed));
     } else {
-      mu.AwaitWithDeadline(absl::Condition(&changed), timed.front().when);
+      AwaitWithDeadline(mu, absl::Condition(&changed), timed.front().when);
     }
   }
 }
@@ -869,7 +872,7 @@ absl::StatusOr<FileId> ReadEngine::OpenFile(const std::string& path) {
 }
 
 FileInfo ReadEngine::file(FileId id) const {
-  absl::MutexLock lock(&impl_->mu);
+  AnnotatedMutexLock lock(&impl_->mu);
   if (id < 0 || static_cast<size_t>(id) >= impl_->files.size()) return {};
   const FileState& f = *impl_->files[id];
   return {.path = f.path, .size = f.size, .direct = f.direct, .registered = f.slot >= 0};
@@ -891,7 +894,7 @@ absl::StatusOr<std::span<uint8_t>> ReadEngine::Read(ReadRequest request) {
 ReadResult ReadEngine::Wait(ReadId id) { return impl_->Wait(id); }
 
 std::optional<ReadResult> ReadEngine::Poll() {
-  absl::MutexLock lock(&impl_->mu);
+  AnnotatedMutexLock lock(&impl_->mu);
   return impl_->ClaimOldest();
 }
 
@@ -910,7 +913,7 @@ bool ReadEngine::buffers_registered() const { return impl_->registered_base != n
 const EngineOptions& ReadEngine::options() const { return impl_->options; }
 
 EngineStats ReadEngine::stats() const {
-  absl::MutexLock lock(&impl_->mu);
+  AnnotatedMutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 
