@@ -1,6 +1,7 @@
 // The read engine on real files with both backends: byte-exact reads of arbitrary ranges,
 // chunking, queue depth, priorities, cancellation and the ways of receiving completions.
 #include "io/read_engine.h"
+#include "io/tsan_mutex.h"
 
 #include <algorithm>
 #include <random>
@@ -267,7 +268,7 @@ TEST_P(ReadEngineTest, CallbacksRunOnAnEngineThread) {
     ReadRequest r =
         MakeRequest(*f, i * 50000 + 3, 50000, arena->Slice(i * 65536, 65536), Priority::kDemand, i);
     r.on_complete = [&](ReadResult result) {
-      absl::MutexLock lock(&mu);
+      k3::io::AnnotatedMutexLock lock(&mu);
       results.push_back(std::move(result));
       threads.push_back(std::this_thread::get_id());
     };
@@ -278,8 +279,8 @@ TEST_P(ReadEngineTest, CallbacksRunOnAnEngineThread) {
       EXPECT_FALSE(engine->Wait(*id).status.ok());
     }
   }
-  absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(
+  k3::io::AnnotatedMutexLock lock(&mu);
+  k3::io::Await(mu, absl::Condition(
       +[](std::vector<ReadResult>* v) { return v->size() == 16; }, &results));
   for (const ReadResult& r : results) {
     ASSERT_TRUE(r.status.ok());
