@@ -92,8 +92,8 @@ void StreamingExpertProvider::SubmitRead(const ExpertKey& key, std::span<uint8_t
 void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result) {
   absl::Status status = result.status;
   if (status.ok()) status = CheckExpertBytes(ckpt_, key.layer, key.expert, result.data);
-  std::vector<size_t> handoff;
-  std::function<void(size_t, bool)> notify;
+  std::vector<std::pair<size_t, bool>> handoff;  // to the flow graph: (want, bytes ok)
+  Gateway* gateway = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(key);
@@ -111,9 +111,11 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
         again->second.waiters = std::move(waiters);
         return;
       }
-      for (size_t i : waiters) wants_[i].state = WantState::kFailed;
-      handoff = waiters;
-      notify = notify_;
+      for (size_t i : waiters) {
+        wants_[i].state = WantState::kFailed;
+        if (i < waiting_.size() && waiting_[i]) handoff.emplace_back(i, false);
+      }
+      gateway = gateway_;
     } else {
       const bool ok = status.ok();
       if (ok) {
@@ -127,16 +129,18 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
       for (size_t i : p.waiters) {
         wants_[i].state = ok ? WantState::kReady : WantState::kFailed;
         if (ok) wants_[i].bytes = result.data;
+        if (i < waiting_.size() && waiting_[i]) handoff.emplace_back(i, ok);
       }
-      handoff = std::move(p.waiters);
-      notify = notify_;
+      gateway = gateway_;
       pending_.erase(it);
       disk_.Stop();
     }
   }
   changed_.notify_all();
-  if (notify) {
-    for (size_t i : handoff) notify(i, wants_[i].state == WantState::kReady);
+  // Outside the lock: the graph may run the multiply at once, on this thread.
+  for (const auto& [i, ok] : handoff) {
+    if (ok) gateway->try_put(i);
+    gateway->release_wait();
   }
 }
 
@@ -270,8 +274,10 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
   BusyClock compute;
   const auto t0 = Clock::now();
   tbb::flow::graph g;
-  Arrivals::gateway_type* gateway = nullptr;
-  std::vector<bool> waiting(batch_end_, false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_.assign(batch_end_, false);
+  }
   // Stage B: multiply each expert as soon as its bytes are in.
   tbb::flow::function_node<size_t> multiply(g, tbb::flow::unlimited, [&](size_t i) {
     compute.Start();
@@ -287,24 +293,16 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
   // Stage A's completions: hits pass at once, the others when their read lands (OnRead).
   Arrivals arrivals(g, tbb::flow::unlimited, [&](size_t i, Arrivals::gateway_type& gw) {
     std::unique_lock<std::mutex> lock(mu_);
-    gateway = &gw;
+    gateway_ = &gw;
     if (wants_[i].state == WantState::kWaiting) {
       gw.reserve_wait();
-      waiting[i] = true;
+      waiting_[i] = true;  // OnRead hands it over when its read lands
     } else if (wants_[i].state == WantState::kReady) {
       lock.unlock();
       gw.try_put(i);
     }
   });
   tbb::flow::make_edge(arrivals, multiply);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    notify_ = [&](size_t i, bool ok) {
-      if (i < first || i >= waiting.size() || !waiting[i]) return;
-      if (ok) gateway->try_put(i);
-      gateway->release_wait();
-    };
-  }
   // Stage C's part in the layer: the shared experts, while the reads are in flight.
   tbb::flow::function_node<int> side(g, 1, [&](int) {
     compute.Start();
@@ -315,7 +313,8 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
   for (size_t i = first; i < batch_end_; ++i) arrivals.try_put(i);
   g.wait_for_all();
   std::lock_guard<std::mutex> lock(mu_);
-  notify_ = nullptr;
+  waiting_.clear();
+  gateway_ = nullptr;
   metrics_.io_wait_seconds += std::max(0.0, Since(t0) - compute.seconds());
   metrics_.expert_compute_seconds += compute.seconds();
   return error_;

@@ -25,6 +25,8 @@
 #include <span>
 #include <vector>
 
+#include <tbb/flow_graph.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "core/checkpoint.h"
@@ -112,8 +114,11 @@ class StreamingExpertProvider : public ExpertProvider {
   std::vector<Want> wants_;
   size_t batch_end_ = 0;
   absl::Status error_;  // first failed read of the batch
-  // Hands a finished want to the flow graph (set while ForEachExpert runs).
-  std::function<void(size_t, bool)> notify_;
+  // While a batch's flow graph runs: which wants wait in it for their read (OnRead then hands
+  // them over through the graph's gateway), and the gateway.
+  using Gateway = tbb::flow::async_node<size_t, size_t>::gateway_type;
+  std::vector<bool> waiting_;
+  Gateway* gateway_ = nullptr;
   absl::flat_hash_map<ExpertKey, Pending> pending_;
   absl::flat_hash_set<ExpertKey> prefetched_unused_;
   uint64_t prefetch_bytes_in_flight_ = 0;
