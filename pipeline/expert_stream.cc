@@ -135,9 +135,11 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
       pending_.erase(it);
       disk_.Stop();
     }
+    changed_.notify_all();  // under the lock, for the same reason as in TrunkStreamer::OnRead
   }
-  changed_.notify_all();
-  // Outside the lock: the graph may run the multiply at once, on this thread.
+  // Outside the lock: the graph may run the multiply at once, on this thread. (The provider
+  // outlives this: its destructor waits for pending_ to empty, and a flow graph waits for
+  // every handoff's release_wait.)
   for (const auto& [i, ok] : handoff) {
     if (ok) gateway->try_put(i);
     gateway->release_wait();

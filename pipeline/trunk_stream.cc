@@ -134,8 +134,9 @@ void TrunkStreamer::OnRead(Slot& slot, const Read& read, io::ReadResult result) 
     }
     --reads_in_flight_;
     disk_.Stop();
+    // Under the lock: once reads_in_flight_ is 0 the destructor may run as soon as we let go.
+    changed_.notify_all();
   }
-  changed_.notify_all();
 }
 
 absl::Status TrunkStreamer::Build(Slot& slot) {
