@@ -21,6 +21,8 @@ absl::StatusOr<ChatHistory> ParseChatHistory(std::string_view text, const std::s
     root = json::parse(text);
   } catch (const json::parse_error& e) {
     return Corrupt(path, absl::StrCat("invalid JSON at byte ", e.byte));
+  } catch (const json::exception& e) {  // e.g. a number too large for any type
+    return Corrupt(path, absl::StrCat("invalid JSON: ", e.what()));
   }
   if (!root.is_object() || !root.contains("format") || root["format"] != kChatHistoryFormat) {
     return Corrupt(path, absl::StrCat("no \"format\": \"", kChatHistoryFormat, "\""));

@@ -146,6 +146,8 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> ParseAddedTokens(
     const size_t column = offset - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
     return absl::InvalidArgumentError(
         absl::StrCat(Av(file_name), ":", line, ":", column, ": invalid JSON: ", e.what()));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for any type
+    return absl::InvalidArgumentError(absl::StrCat(Av(file_name), ": invalid JSON: ", e.what()));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
