@@ -18,10 +18,12 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
     int ring_slots, BusyClock& disk) {
   std::unique_ptr<TrunkStreamer> s(
       new TrunkStreamer(ckpt, trunk, pack, engine, std::move(shard_files), pack_file, disk));
+  s->plans_.resize(ckpt.config().num_layers);
   for (int64_t l = 0; l < ckpt.config().num_layers; ++l) {
     if (!trunk.resident[l]) {
       s->streamed_.push_back(l);
-      s->slot_bytes_ = std::max(s->slot_bytes_, s->BytesFor(s->ReadsFor(l)));
+      s->plans_[l] = s->PlanFor(l);
+      s->slot_bytes_ = std::max(s->slot_bytes_, s->BytesFor(s->plans_[l].reads));
     }
   }
   if (s->streamed_.empty()) return s;
@@ -44,22 +46,27 @@ TrunkStreamer::~TrunkStreamer() {
 
 // The layer's tensors but the router (resident for lookahead): one read of the pack's run, or
 // one per tensor from the shards, each into its own 4 KiB-aligned stretch of the slot.
-std::vector<TrunkStreamer::Read> TrunkStreamer::ReadsFor(int64_t layer) const {
-  std::vector<Read> reads;
+TrunkStreamer::LayerPlan TrunkStreamer::PlanFor(int64_t layer) const {
+  LayerPlan plan;
   if (pack_ != nullptr) {
     if (const PackedRun* run = pack_->layer_run(layer); run != nullptr) {
-      reads.push_back({nullptr, run->offset, run->length, 0});
-      return reads;
+      plan.reads.push_back({nullptr, run->offset, run->length, 0});
+      for (const PackedTensor& pt : run->tensors) {
+        if (const TensorInfo* t = ckpt_.Find(pt.name); t != nullptr) {
+          plan.packed.push_back({t, pt.offset - run->offset, pt.length});
+        }
+      }
+      return plan;
     }
   }
   uint64_t at = 0;
   for (const TensorSpec& spec : TrunkTensorSpecs(ckpt_.config(), ckpt_.names())) {
     if (spec.layer != layer || IsRouter(spec)) continue;
     const TensorInfo* t = ckpt_.Find(spec.name);
-    reads.push_back({t, t->file_offset, t->byte_size, at});
+    plan.reads.push_back({t, t->file_offset, t->byte_size, at});
     at += io::BufferBytesFor(t->file_offset, t->byte_size);
   }
-  return reads;
+  return plan;
 }
 
 uint64_t TrunkStreamer::BytesFor(const std::vector<Read>& reads) const {
@@ -88,7 +95,7 @@ void TrunkStreamer::Schedule(int64_t layer) {
   slot.status = absl::OkStatus();
   slot.tensors.clear();
   slot.built = false;
-  const std::vector<Read> reads = ReadsFor(layer);
+  const std::vector<Read>& reads = plans_[layer].reads;
   slot.reads_left = static_cast<int>(reads.size());
   for (const Read& r : reads) {
     const io::FileId file = r.tensor == nullptr ? pack_file_ : shard_files_[r.tensor->shard];
@@ -122,10 +129,8 @@ void TrunkStreamer::OnRead(Slot& slot, const Read& read, io::ReadResult result) 
         slot.tensors[read.tensor] = result.data;
       } else {
         // A pack run: every tensor of the layer at its offset inside the run.
-        for (const PackedTensor& pt : pack_->layer_run(slot.layer)->tensors) {
-          const TensorInfo* t = ckpt_.Find(pt.name);
-          if (t != nullptr)
-            slot.tensors[t] = result.data.subspan(pt.offset - read.file_offset, pt.length);
+        for (const PackedPart& p : plans_[slot.layer].packed) {
+          slot.tensors[p.tensor] = result.data.subspan(p.offset_in_run, p.length);
         }
       }
     }

@@ -49,6 +49,16 @@ class TrunkStreamer : public LayerSource {
     uint64_t file_offset = 0, length = 0;
     uint64_t slot_offset = 0;  // where the aligned read starts in the slot
   };
+  // A tensor inside a pack run: where its bytes start, relative to the run.
+  struct PackedPart {
+    const TensorInfo* tensor = nullptr;
+    uint64_t offset_in_run = 0, length = 0;
+  };
+  // What loading one streamed layer takes, worked out once at start.
+  struct LayerPlan {
+    std::vector<Read> reads;
+    std::vector<PackedPart> packed;  // empty unless read from a pack
+  };
   struct Slot {
     int64_t layer = -1;
     SlotState state = SlotState::kFree;
@@ -74,7 +84,7 @@ class TrunkStreamer : public LayerSource {
         pack_file_(pack_file),
         disk_(disk) {}
 
-  std::vector<Read> ReadsFor(int64_t layer) const;
+  LayerPlan PlanFor(int64_t layer) const;
   uint64_t BytesFor(const std::vector<Read>& reads) const;
   // Starts loading `layer` into a free slot, if there is one and it is not loaded already.
   void Schedule(int64_t layer);
@@ -93,6 +103,7 @@ class TrunkStreamer : public LayerSource {
   std::unique_ptr<io::BufferArena> arena_;
   uint64_t slot_bytes_ = 0;
   std::vector<int64_t> streamed_;  // layer ids, ascending
+  std::vector<LayerPlan> plans_;   // per layer (empty for pinned ones)
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -171,23 +171,14 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, si
   MatMul(w.o, o, tokens, out);
 }
 
-void Model::DenseFfn(const DenseFfnWeights& w, std::span<const float> x, size_t tokens,
-                     std::span<float> out) const {
-  std::vector<float> gate(tokens * w.gate.rows), up(tokens * w.up.rows);
-  MatMul(w.gate, x, tokens, gate);
-  MatMul(w.up, x, tokens, up);
+// The SiTU-gated MLP of the dense layers and of the fused shared experts.
+void Model::SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
+                    std::span<const float> x, size_t tokens, std::span<float> out) const {
+  std::vector<float> gate(tokens * gate_w.rows), up(tokens * up_w.rows);
+  MatMul(gate_w, x, tokens, gate);
+  MatMul(up_w, x, tokens, up);
   kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-  MatMul(w.down, gate, tokens, out);
-}
-
-void Model::SharedExperts(const MoeWeights& w, std::span<const float> x, size_t tokens,
-                          std::span<float> out) const {
-  // One fused MLP on the full width, unweighted.
-  std::vector<float> gate(tokens * w.shared_gate.rows), up(tokens * w.shared_up.rows);
-  MatMul(w.shared_gate, x, tokens, gate);
-  MatMul(w.shared_up, x, tokens, up);
-  kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-  MatMul(w.shared_down, gate, tokens, out);
+  MatMul(down_w, gate, tokens, out);
 }
 
 absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
@@ -220,7 +211,9 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   MatMul(w.latent_down, x, tokens, z);
   std::vector<float> shared(config_.num_shared_experts > 0 ? tokens * config_.hidden_size : 0);
   std::function<void()> alongside;
-  if (!shared.empty()) alongside = [&] { SharedExperts(w, x, tokens, shared); };
+  if (!shared.empty()) {  // one fused MLP on the full width, unweighted
+    alongside = [&] { SituMlp(w.shared_gate, w.shared_up, w.shared_down, x, tokens, shared); };
+  }
   // Each expert's output goes to its own slot, whatever order the bytes arrive in.
   std::vector<float> slots(tokens * top * latent);
   auto use = [&](size_t i, const ExpertWeights& ew) {
@@ -283,7 +276,7 @@ absl::Status Model::Layer(int64_t l, const LayerWeights& lw, size_t tokens, Sequ
   NormRows(h, tokens, lw.post_norm, eps, x);
   experts_.Lookahead(l, x, tokens);
   if (config_.is_dense(l)) {
-    DenseFfn(lw.dense, x, tokens, branch);
+    SituMlp(lw.dense.gate, lw.dense.up, lw.dense.down, x, tokens, branch);
   } else if (absl::Status s = Moe(l, lw.moe, x, tokens, branch); !s.ok()) {
     return s;
   }

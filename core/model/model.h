@@ -58,12 +58,10 @@ class Model {
            SequenceState& state, std::span<float> out) const;
   void Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, size_t tokens,
            SequenceState& state, std::span<float> out) const;
-  void DenseFfn(const DenseFfnWeights& w, std::span<const float> x, size_t tokens,
-                std::span<float> out) const;
+  void SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
+               std::span<const float> x, size_t tokens, std::span<float> out) const;
   absl::Status Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
                    std::span<float> out) const;
-  void SharedExperts(const MoeWeights& w, std::span<const float> x, size_t tokens,
-                     std::span<float> out) const;
   absl::Status Layer(int64_t layer, const LayerWeights& lw, size_t tokens, SequenceState& state,
                      std::vector<std::vector<float>>& snapshots, std::vector<float>& prefix);
   void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
