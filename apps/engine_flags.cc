@@ -27,6 +27,9 @@ ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
           "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list "
           "where a command sweeps it).");
 ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
+ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
+          "Layers of lookahead while the prompt is processed (prefill multiplies many tokens per "
+          "expert, so the next layer's reads hide behind that compute; 0 = off).");
 ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
 ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
 ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
@@ -43,7 +46,7 @@ const std::vector<std::string_view>& EngineFlagNames() {
       "model",          "ram-gb",          "preset",        "trunk-gb",
       "cache-gb",       "trunk",           "queue-depth",   "prefetch-distance",
       "prefetch-width", "threads",         "prefill-chunk", "max-context",
-      "cache-policy",   "storage-profile", "no-overlap"};
+      "cache-policy",   "storage-profile", "no-overlap",    "prefill-prefetch-distance"};
   return kNames;
 }
 
@@ -125,6 +128,10 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   if (o.threads < 0 || o.threads > 1024) {
     return absl::InvalidArgumentError("--threads must be in 0..1024");
+  }
+  o.prefill_prefetch_distance = absl::GetFlag(FLAGS_prefill_prefetch_distance);
+  if (o.prefill_prefetch_distance < 0 || o.prefill_prefetch_distance > 64) {
+    return absl::InvalidArgumentError("--prefill-prefetch-distance must be in 0..64");
   }
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");

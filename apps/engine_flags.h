@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(double, cache_gb);
 ABSL_DECLARE_FLAG(std::string, trunk);
 ABSL_DECLARE_FLAG(std::vector<std::string>, prefetch_distance);
 ABSL_DECLARE_FLAG(int32_t, prefetch_width);
+ABSL_DECLARE_FLAG(int32_t, prefill_prefetch_distance);
 ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(int32_t, prefill_chunk);
 ABSL_DECLARE_FLAG(int32_t, max_context);

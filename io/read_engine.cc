@@ -161,6 +161,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
 
   // Scheduling; all under mu.
   int AdmissiblePriority() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool MayIssue(int priority) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool CanIssue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   Chunk* NextChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   Chunk* NewChunk(RequestState* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -199,6 +200,8 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   std::deque<RequestState*> issuing[kNumPriorities] ABSL_GUARDED_BY(mu);  // admitted, chunks left
   int active ABSL_GUARDED_BY(mu) = 0;
   int active_by_priority[kNumPriorities] ABSL_GUARDED_BY(mu) = {};
+  // Chunks issued and not yet handled (at the device, or held by an emulated volume).
+  int device_by_priority[kNumPriorities] ABSL_GUARDED_BY(mu) = {};
   std::deque<Chunk*> retry_ready ABSL_GUARDED_BY(mu);
   std::vector<Timed> timed ABSL_GUARDED_BY(mu);  // min-heap on `when`
   uint64_t timed_generation ABSL_GUARDED_BY(mu) = 0;
@@ -492,10 +495,22 @@ int ReadEngine::Impl::AdmissiblePriority() const {
   return -1;
 }
 
+// New chunks of priority `p` may go to the device. Guesses wait while a demand or trunk read
+// has chunks to issue (queued or admitted), and only a few of them are at the device at once.
+bool ReadEngine::Impl::MayIssue(int p) const {
+  if (p != kPrefetch || options.max_prefetch_chunks <= 0) return true;
+  if (device_by_priority[kPrefetch] >= options.max_prefetch_chunks) return false;
+  for (int q = 0; q < kPrefetch; ++q) {
+    if (!queued[q].empty() || !issuing[q].empty()) return false;
+  }
+  return true;
+}
+
 bool ReadEngine::Impl::CanIssue() const {
   if (!retry_ready.empty() || AdmissiblePriority() >= 0) return true;
-  for (const auto& list : issuing) {
-    for (const RequestState* r : list) {
+  for (int p = 0; p < kNumPriorities; ++p) {
+    if (!MayIssue(p)) continue;
+    for (const RequestState* r : issuing[p]) {
       if (r->outstanding < options.chunks_per_request) return true;
     }
   }
@@ -520,7 +535,9 @@ Chunk* ReadEngine::Impl::NextChunk() {
     issuing[p].push_back(r);
     stats.peak_requests_in_flight = std::max(stats.peak_requests_in_flight, active);
   }
-  for (auto& list : issuing) {
+  for (int p = 0; p < kNumPriorities; ++p) {
+    if (!MayIssue(p)) continue;
+    auto& list = issuing[p];
     for (auto it = list.begin(); it != list.end(); ++it) {
       RequestState* r = *it;
       if (r->outstanding >= options.chunks_per_request) continue;
@@ -568,6 +585,7 @@ Chunk* ReadEngine::Impl::Issue(Chunk* c) {
   c->issued = absl::Now();
   c->not_before = emulator ? emulator->Schedule(c->issued, c->length) : absl::InfinitePast();
   ++backend_in_flight;
+  ++device_by_priority[r->priority()];
   ++stats.operations;
   stats.peak_operations_in_flight =
       std::max(stats.peak_operations_in_flight, static_cast<int>(backend_in_flight));
@@ -622,6 +640,7 @@ void ReadEngine::Impl::Complete(Chunk* c, int64_t result) {
 
 void ReadEngine::Impl::HandleResult(Chunk* c, int64_t result, std::vector<Finished>* out) {
   RequestState* r = c->request;
+  --device_by_priority[r->priority()];  // after an emulated volume's hold, not before
   if (result > 0) stats.bytes_read += static_cast<uint64_t>(result);
   if (r->stopped()) return Retire(c, out);
   if (result < 0) return HandleError(c, static_cast<int>(-result), out);

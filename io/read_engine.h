@@ -90,6 +90,11 @@ struct EngineOptions {
   // Prefetch requests in flight at once; 0 means half the depth (at least 1), so demand reads
   // always find a free slot once the depth is 2 or more.
   int max_prefetch_in_flight = 0;
+  // Chunks of prefetch reads at the device at once, and a prefetch chunk is issued only while
+  // no demand or trunk read is waiting to be issued: guesses use the time the disk would be
+  // idle, and a demand read waits behind at most this many of their chunks. 0: neither rule
+  // (prefetches then fill the device like any read, up to max_prefetch_in_flight requests).
+  int max_prefetch_chunks = 4;
   // kAuto: io_uring, or pread threads with a notice when io_uring cannot be set up. The
   // environment variable K3_IO_BACKEND=pread (or uring) overrides kAuto.
   Backend backend = Backend::kAuto;

@@ -30,9 +30,12 @@ struct EngineOptions {
   std::string model_dir;
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
-  int64_t max_context = 4096;          // sizes the planned sequence state
-  int queue_depth = 32;                // reads in flight
-  int prefetch_distance = 0;           // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
+  int64_t max_context = 4096;  // sizes the planned sequence state
+  int queue_depth = 32;        // reads in flight
+  int prefetch_distance = 0;   // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
+  // The same for prompt chunks (prefill), which multiply many tokens per expert and so are
+  // compute-bound: reading the next layer's likely experts during that compute costs no time.
+  int prefill_prefetch_distance = 1;
   int prefetch_width = 0;              // experts predicted per layer (0 = the model's top-k)
   double prefetch_cap_fraction = 0.5;  // prefetch bytes in flight, as a fraction of the cache
   int threads = 0;                     // compute threads (0 = one per core)

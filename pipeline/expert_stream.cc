@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/weights.h"
@@ -42,6 +43,16 @@ StreamingExpertProvider::~StreamingExpertProvider() {
   engine_.CancelPrefetches();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return pending_.empty(); });
+  ReleaseGuardsLocked(std::numeric_limits<int64_t>::max());
+}
+
+void StreamingExpertProvider::ReleaseGuardsLocked(int64_t layer) {
+  for (auto it = guarded_.begin(); it != guarded_.end();) {
+    auto here = it++;
+    if (here->layer > layer) continue;
+    (void)cache_.Unpin(*here);
+    guarded_.erase(here);
+  }
 }
 
 std::span<const uint8_t> StreamingExpertProvider::InSlot(const ExpertKey& key,
@@ -85,7 +96,8 @@ void StreamingExpertProvider::SubmitRead(const ExpertKey& key, std::span<uint8_t
   // Refused at once (e.g. the file shrank below the expert): fail like a read would.
   disk_.Stop();
   pending_.erase(key);
-  (void)cache_.Abandon(key);
+  (void)cache_.Abandon(key);  // frees the slot and its pins
+  guarded_.erase(key);
   if (!prefetch && error_.ok()) error_ = id.status();
 }
 
@@ -123,6 +135,7 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
         if (p.prefetch && !p.demanded) prefetched_unused_.insert(key);
       } else {
         (void)cache_.Abandon(key);  // frees the slot and its pins
+        guarded_.erase(key);
         // A failed guess costs nothing; the demand, if it comes, reads again.
         if (p.demanded && error_.ok()) error_ = status;
       }
@@ -208,6 +221,10 @@ void StreamingExpertProvider::Demand(size_t i) {
       }
     }
     // Every slot is pinned or being filled: drop the guesses and wait for a slot.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ReleaseGuardsLocked(std::numeric_limits<int64_t>::max());
+    }
     engine_.CancelPrefetches();
     CacheRequest wait = now;
     wait.wait_for_slot = kSlotWait;
@@ -264,6 +281,7 @@ void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t>
   ScorePredictions(layer, experts);
   if (options_.overlap) StartBatch(layer, experts);
   std::lock_guard<std::mutex> lock(mu_);
+  ReleaseGuardsLocked(layer);  // the demands hold their own pins now
   metrics_.fetch_seconds += Since(t0);
 }
 
@@ -405,13 +423,12 @@ void StreamingExpertProvider::ScorePredictions(int64_t layer, std::span<const in
   if (it != predictions_.end()) {
     absl::flat_hash_set<int32_t> actual(experts.begin(), experts.end()), any;
     for (const auto& [distance, predicted] : it->second) {
+      any.insert(predicted.begin(), predicted.end());
+      if (prefill_pass_) continue;  // the figures by distance describe decoding
       PrefetchAccuracy& a = accuracy_[distance - 1];
       a.predicted += predicted.size();
       a.actual += actual.size();
-      for (int32_t e : predicted) {
-        a.correct += actual.contains(e);
-        any.insert(e);
-      }
+      for (int32_t e : predicted) a.correct += actual.contains(e);
     }
     metrics_.prefetch_predicted += any.size();
     metrics_.routed_experts += actual.size();
@@ -439,11 +456,19 @@ void StreamingExpertProvider::TryPrefetch(const ExpertKey& key) {
   // Leave room for the next layer's demands: guesses never take the last top-k slots.
   const CacheStats s = cache_.stats();
   if (s.pinned_slots + s.filling_slots + ckpt_.config().num_experts_per_token >= s.slots) return;
-  auto grant = cache_.Request(key, {.kind = RequestKind::kPrefetch, .pin = false});
-  if (!grant.ok() || grant->outcome != CacheOutcome::kFill) return;
+  auto grant = cache_.Request(key, {.kind = RequestKind::kPrefetch, .pin = true});
+  if (!grant.ok()) return;
+  if (grant->outcome != CacheOutcome::kFill) {
+    if (grant->outcome == CacheOutcome::kHit) (void)cache_.Unpin(key);
+    return;
+  }
   prefetch_bytes_in_flight_ += ExpertBytes();
   SubmitRead(key, grant->bytes, /*prefetch=*/true);
-  if (!pending_.contains(key)) prefetch_bytes_in_flight_ -= ExpertBytes();
+  if (pending_.contains(key)) {
+    guarded_.insert(key);
+  } else {
+    prefetch_bytes_in_flight_ -= ExpertBytes();
+  }
 }
 
 void StreamingExpertProvider::Predict(int64_t layer, int distance, std::span<const float> x,
@@ -474,11 +499,16 @@ void StreamingExpertProvider::Predict(int64_t layer, int distance, std::span<con
 }
 
 void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x, size_t tokens) {
-  if (!options_.overlap || options_.prefetch_distance == 0) return;
+  const int distance = tokens > 1 ? options_.prefill_prefetch_distance : options_.prefetch_distance;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefill_pass_ = tokens > 1;  // the predictions StartFetch scores in this pass are ours
+  }
+  if (!options_.overlap || distance == 0) return;
   const auto t0 = Clock::now();
   CancelStalePrefetches(layer);
   const ModelConfig& c = ckpt_.config();
-  for (int d = 1; d <= options_.prefetch_distance; ++d) {
+  for (int d = 1; d <= distance; ++d) {
     const int64_t target = layer + d;
     if (target >= c.num_layers) break;
     if (!c.is_dense(target)) Predict(target, d, x, tokens);

@@ -17,6 +17,8 @@
 // model sums them in a fixed order.
 #pragma once
 
+#include <tbb/flow_graph.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -24,8 +26,6 @@
 #include <mutex>
 #include <span>
 #include <vector>
-
-#include <tbb/flow_graph.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -41,9 +41,10 @@ namespace k3 {
 
 struct ExpertStreamOptions {
   bool overlap = true;
-  int prefetch_distance = 0;        // 0 = no lookahead
-  int prefetch_width = 0;           // experts predicted per layer and token (0 = top-k)
-  uint64_t prefetch_cap_bytes = 0;  // prefetch bytes in flight at once
+  int prefetch_distance = 0;          // 0 = no lookahead
+  int prefill_prefetch_distance = 0;  // the same for calls with more than one token
+  int prefetch_width = 0;             // experts predicted per layer and token (0 = top-k)
+  uint64_t prefetch_cap_bytes = 0;    // prefetch bytes in flight at once
 };
 
 class StreamingExpertProvider : public ExpertProvider {
@@ -98,6 +99,9 @@ class StreamingExpertProvider : public ExpertProvider {
   void ScorePredictions(int64_t layer, std::span<const int32_t> experts);
   void Predict(int64_t layer, int distance, std::span<const float> x, size_t tokens);
   void TryPrefetch(const ExpertKey& key);
+  // Drops the pins that keep guesses for layers <= `layer` (all layers: INT64_MAX) from being
+  // evicted before their layer asks for them.
+  void ReleaseGuardsLocked(int64_t layer);
   void CancelStalePrefetches(int64_t layer);
   size_t MaxBatch() const;
 
@@ -121,11 +125,16 @@ class StreamingExpertProvider : public ExpertProvider {
   Gateway* gateway_ = nullptr;
   absl::flat_hash_map<ExpertKey, Pending> pending_;
   absl::flat_hash_set<ExpertKey> prefetched_unused_;
+  // Guesses hold a pin from their prefetch until their layer's demands have pinned what they
+  // use: otherwise a demand fill earlier in the pass (or in the same layer) could evict a right
+  // guess just before it is asked for, and the disk would read it twice.
+  absl::flat_hash_set<ExpertKey> guarded_;
   uint64_t prefetch_bytes_in_flight_ = 0;
   // predictions_[layer][distance]: experts predicted for `layer` from `distance` layers before.
   std::map<int64_t, std::map<int, std::vector<int32_t>>> predictions_;
-  std::vector<PrefetchAccuracy> accuracy_;
-  StepMetrics metrics_;  // since the last TakeMetrics
+  std::vector<PrefetchAccuracy> accuracy_;  // decode steps only
+  bool prefill_pass_ = false;               // the current Forward call has several tokens
+  StepMetrics metrics_;                     // since the last TakeMetrics
 };
 
 }  // namespace k3

@@ -39,26 +39,28 @@ class StreamingEngine : public Engine {
   std::vector<PrefetchAccuracy> prefetch_accuracy() const override { return provider_->accuracy(); }
 
   nlohmann::json Settings() const override {
-    return {{"model", options_.model_dir},
-            {"trunk_pack", options_.trunk_dir},
-            {"memory", plan_.source},
-            {"budget_bytes", plan_.budget_bytes},
-            {"cache_bytes", plan_.cache_bytes},
-            {"cache_slots", plan_.cache_slots},
-            {"pinned_trunk_bytes", plan_.pinned_trunk_bytes},
-            {"streamed_layers", plan_.streamed_layers()},
-            {"ring_slots", plan_.ring_slots},
-            {"cache_policy", std::string(cache_->policy_name())},
-            {"queue_depth", options_.queue_depth},
-            {"prefetch_distance", options_.overlap ? options_.prefetch_distance : 0},
-            {"prefetch_width", prefetch_width_},
-            {"prefetch_cap_bytes", prefetch_cap_},
-            {"threads", threads_},
-            {"overlap", options_.overlap},
-            {"prefill_chunk", options_.prefill_chunk},
-            {"storage_profile", options_.storage_profile},
-            {"io_backend", std::string(reads_->backend_name())},
-            {"direct_io", options_.direct_io}};
+    return {
+        {"model", options_.model_dir},
+        {"trunk_pack", options_.trunk_dir},
+        {"memory", plan_.source},
+        {"budget_bytes", plan_.budget_bytes},
+        {"cache_bytes", plan_.cache_bytes},
+        {"cache_slots", plan_.cache_slots},
+        {"pinned_trunk_bytes", plan_.pinned_trunk_bytes},
+        {"streamed_layers", plan_.streamed_layers()},
+        {"ring_slots", plan_.ring_slots},
+        {"cache_policy", std::string(cache_->policy_name())},
+        {"queue_depth", options_.queue_depth},
+        {"prefetch_distance", options_.overlap ? options_.prefetch_distance : 0},
+        {"prefill_prefetch_distance", options_.overlap ? options_.prefill_prefetch_distance : 0},
+        {"prefetch_width", prefetch_width_},
+        {"prefetch_cap_bytes", prefetch_cap_},
+        {"threads", threads_},
+        {"overlap", options_.overlap},
+        {"prefill_chunk", options_.prefill_chunk},
+        {"storage_profile", options_.storage_profile},
+        {"io_backend", std::string(reads_->backend_name())},
+        {"direct_io", options_.direct_io}};
   }
 
   absl::Status Prefill(std::span<const int32_t> ids, SequenceState& state,
@@ -192,6 +194,7 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
   ExpertStreamOptions stream;
   stream.overlap = options.overlap;
   stream.prefetch_distance = options.prefetch_distance;
+  stream.prefill_prefetch_distance = options.prefill_prefetch_distance;
   stream.prefetch_width = prefetch_width_;
   stream.prefetch_cap_bytes = prefetch_cap_;
   provider_ = std::make_unique<StreamingExpertProvider>(*ckpt_, *trunk_, *cache_, *reads_,

@@ -46,23 +46,25 @@ inline constexpr size_t kBlockTokens = 2;
 
 HWY_INLINE float ReduceAcc(VF acc) { return hn::GetLane(hn::SumOfLanes(DF(), acc)); }
 
-// Calls body.template operator()<kTokens>(t0) for consecutive blocks of tokens: full blocks of
-// kBlockTokens, then one block of the remaining 1..kBlockTokens-1 tokens.
-template <class Body, size_t... kIndex>
-HWY_INLINE void ForEachTokenBlockImpl(size_t tokens, const Body& body,
-                                      std::index_sequence<kIndex...>) {
-  size_t t0 = 0;
-  for (; t0 + kBlockTokens <= tokens; t0 += kBlockTokens) {
-    body.template operator()<kBlockTokens>(t0);
-  }
-  // The remainder, with a block size instantiated for each possible value.
-  const size_t rest = tokens - t0;
-  ((rest == kIndex + 1 ? body.template operator()<kIndex + 1>(t0) : void()), ...);
+// Calls body.template operator()<kSize>(i0) for consecutive blocks of [0, n): full blocks of
+// kBlock, then one block of the remaining 1..kBlock-1, with a size instantiated for each value.
+template <size_t kBlock, class Body, size_t... kIndex>
+HWY_INLINE void ForEachBlockImpl(size_t n, const Body& body, std::index_sequence<kIndex...>) {
+  size_t i0 = 0;
+  for (; i0 + kBlock <= n; i0 += kBlock) body.template operator()<kBlock>(i0);
+  const size_t rest = n - i0;
+  ((rest == kIndex + 1 ? body.template operator()<kIndex + 1>(i0) : void()), ...);
 }
 
+template <size_t kBlock, class Body>
+HWY_INLINE void ForEachBlock(size_t n, const Body& body) {
+  ForEachBlockImpl<kBlock>(n, body, std::make_index_sequence<kBlock - 1>());
+}
+
+// Token blocks of the small-batch products.
 template <class Body>
 HWY_INLINE void ForEachTokenBlock(size_t tokens, const Body& body) {
-  ForEachTokenBlockImpl(tokens, body, std::make_index_sequence<kBlockTokens - 1>());
+  ForEachBlock<kBlockTokens>(tokens, body);
 }
 
 #endif  // HWY_TARGET != HWY_SCALAR

@@ -1,7 +1,6 @@
 // The read engine on real files with both backends: byte-exact reads of arbitrary ranges,
 // chunking, queue depth, priorities, cancellation and the ways of receiving completions.
 #include "io/read_engine.h"
-#include "io/tsan_mutex.h"
 
 #include <algorithm>
 #include <random>
@@ -9,6 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "io/tsan_mutex.h"
 #include "tests/io/io_test_util.h"
 #include "tests/util/temp_dir.h"
 
@@ -194,6 +194,43 @@ TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(85));
 }
 
+// Guesses use the disk's idle time: at most max_prefetch_chunks of their chunks are at the
+// device, and a demand read submitted behind a long backlog of them is served first.
+TEST_P(ReadEngineTest, PrefetchChunksAreCappedAndYieldToDemand) {
+  EngineOptions o = OptionsFor(GetParam());
+  o.queue_depth = 8;
+  o.chunk_bytes = 16 << 10;
+  o.chunks_per_request = 8;
+  o.max_prefetch_chunks = 2;
+  o.faults = std::make_shared<FaultPlan>();
+  o.faults->Slow(absl::Milliseconds(20));
+  K3_CREATE_ENGINE_OR_SKIP(engine, o);
+  auto f = engine->OpenFile(file_.path);
+  ASSERT_TRUE(f.ok());
+  constexpr uint64_t kBytes = 128 << 10;  // 8 chunks
+  auto arena = MakeArena(5 * kBytes);
+  for (int i = 0; i < 4; ++i) {  // 32 prefetch chunks, two at a time: about 320 ms
+    ASSERT_TRUE(engine
+                    ->Submit(MakeRequest(*f, i * kBytes, kBytes, arena->Slice(i * kBytes, kBytes),
+                                         Priority::kPrefetch, i))
+                    .ok());
+  }
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_EQ(engine->stats().peak_operations_in_flight, 2);
+  auto demand = engine->Read(MakeRequest(*f, 4 * kBytes, kBytes, arena->Slice(4 * kBytes, kBytes)));
+  ASSERT_TRUE(demand.ok()) << demand.status();
+  EXPECT_TRUE(SameBytes(file_, 4 * kBytes, *demand));
+  int prefetches_done = 0;
+  while (auto r = engine->Poll()) prefetches_done += r->status.ok();
+  EXPECT_LT(prefetches_done, 4) << "the demand waited for the whole backlog";
+  for (; prefetches_done < 4; ++prefetches_done) {
+    auto r = engine->WaitAny(absl::Seconds(10));
+    ASSERT_TRUE(r && r->status.ok());
+    EXPECT_TRUE(SameBytes(file_, r->user_data * kBytes, r->data));
+  }
+  EXPECT_LE(engine->stats().peak_operations_in_flight, 2 + 8);
+}
+
 TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
   EngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 1;
@@ -281,7 +318,7 @@ TEST_P(ReadEngineTest, CallbacksRunOnAnEngineThread) {
   }
   k3::io::AnnotatedMutexLock lock(&mu);
   k3::io::Await(mu, absl::Condition(
-      +[](std::vector<ReadResult>* v) { return v->size() == 16; }, &results));
+                        +[](std::vector<ReadResult>* v) { return v->size() == 16; }, &results));
   for (const ReadResult& r : results) {
     ASSERT_TRUE(r.status.ok());
     EXPECT_TRUE(SameBytes(file_, r.user_data * 50000 + 3, r.data));

@@ -136,7 +136,8 @@ std::vector<std::string> GridBudgets(const std::string& dir) {
 }
 
 // Runs the grid of DESIGN.md invariant 1 on `dir`: budgets {minimum, between, everything} x
-// queue depth {1, 8, 32} x distance {0, 1, 3} x threads {1, 2} x overlap on/off.
+// queue depth {1, 8, 32} x distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x
+// overlap on/off.
 void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_options) {
   const StreamRun base = Baseline(dir);
   int configs = 0;
@@ -154,6 +155,7 @@ void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_op
             }
             o.queue_depth = qd;
             o.prefetch_distance = distance;
+            o.prefill_prefetch_distance = distance;
             o.threads = threads;
             o.overlap = overlap;
             const std::string where =
@@ -207,12 +209,38 @@ TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
   EngineOptions o = Options();
   o.memory.preset = "max";
   o.prefetch_distance = 0;
+  o.prefill_prefetch_distance = 0;
   auto run = Stream(o);
   ASSERT_TRUE(run.ok()) << run.status();
   // Cold cache: every expert of every chunk's union is demanded once; nothing twice.
   EXPECT_EQ(run->prefill.cache_requests, union_sizes);
   EXPECT_LE(run->prefill.experts_demand_read, union_sizes);
   EXPECT_EQ(run->prefill.experts_demand_read + run->prefill.cache_hits, union_sizes);
+}
+
+// With lookahead in the prompt (the default), the next layer's experts are read during this
+// layer's compute: still each needed expert once, now mostly by prefetch. The figures by
+// distance describe decoding only, which has no lookahead here.
+TEST_F(EngineTest, PrefillLookaheadReadsEachNeededExpertOnce) {
+  uint64_t union_sizes = 0;
+  Baseline(ModelDir(), &union_sizes);
+  EngineOptions o = Options();
+  o.memory.preset = "max";
+  o.prefetch_distance = 0;
+  o.prefill_prefetch_distance = 1;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SequenceState state = (*engine)->NewState();
+  std::vector<float> logits;
+  StepMetrics m;
+  ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
+  const uint64_t expert = (*engine)->config().expert_bytes();
+  EXPECT_EQ(m.cache_requests, union_sizes);
+  EXPECT_GT(m.prefetch_predicted, 0u);
+  EXPECT_GT(m.expert_prefetch_used_bytes, 0u);
+  // Needed experts read once: by demand, or by a prefetch that a demand then used.
+  EXPECT_LE(m.experts_demand_read + m.expert_prefetch_used_bytes / expert, union_sizes);
+  EXPECT_TRUE((*engine)->prefetch_accuracy().empty());
 }
 
 TEST_F(EngineTest, StreamingFromATrunkPackGivesTheSameAnswer) {
