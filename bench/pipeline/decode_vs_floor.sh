@@ -4,7 +4,8 @@
 #
 # For each setting (lookahead distance 0..3 and the serial --no-overlap baseline) runs
 # `k3 generate` cold (a fresh process, O_DIRECT) REPEAT times with 16 prompt tokens and 24
-# decode tokens at a RAM budget of about 12 % of the checkpoint, and once a 64-token prefill.
+# decode tokens at a RAM budget of about 12 % of the checkpoint, and once a 64-token prefill
+# with and without its lookahead (--prefill-prefetch-distance 0 and 1).
 # The raw read bandwidth of the same binary at the same queue depth is measured in the same run
 # (`k3 bench --raw`), before and after, and the floor is bytes read per token over it.
 #
@@ -36,8 +37,11 @@ for rep in $(seq 1 "$REPEAT"); do
       --queue-depth $QD $flags --quiet --report-json "$OUT/$setting.$rep.json" > /dev/null
   done
 done
-"$K3" generate -m "$MODEL" --ids "$IDS64" -n 1 --ram-gb "$RAM" --queue-depth $QD \
-  --quiet --report-json "$OUT/prefill.json" > /dev/null
+for pd in 0 1; do
+  echo "prefill, lookahead $pd" >&2
+  "$K3" generate -m "$MODEL" --ids "$IDS64" -n 1 --ram-gb "$RAM" --queue-depth $QD \
+    --prefill-prefetch-distance $pd --quiet --report-json "$OUT/prefill$pd.json" > /dev/null
+done
 raw 2
 /usr/bin/python3 - "$OUT" "$REPEAT" <<'PY'
 import json, statistics, sys
@@ -67,10 +71,13 @@ print()
 best = min(("d1", "d2", "d3"), key=lambda s: med[s])
 print(f"speed-up over --no-overlap: " + ", ".join(f"distance {s[1]} {med['serial'] / med[s]:.2f}x" for s in ("d0", "d1", "d2", "d3")))
 print(f"speed-up over distance 0: " + ", ".join(f"distance {s[1]} {med['d0'] / med[s]:.2f}x" for s in ("d1", "d2", "d3")))
-p = json.load(open(f"{out}/prefill.json"))
-pb = sum(p["prefill"]["bytes_read"].values())
-print(f"prefill of 64 tokens: {p['prefill_seconds']:.2f} s, {p['prefill']['experts_demand_read']} expert reads "
-      f"for {p['prefill']['cache']['requests']} (layer, expert) pairs needed, {pb / 1e9:.2f} GB; "
-      f"floor {pb / 1e9 / bw:.2f} s -> {p['prefill_seconds'] / (pb / 1e9 / bw):.2f}x; "
-      f"expert compute {p['prefill']['time']['expert_compute_seconds']:.2f} s, stall {p['prefill']['io_wait_seconds']:.2f} s")
+for pd in (0, 1):
+    p = json.load(open(f"{out}/prefill{pd}.json"))
+    f = p["prefill"]
+    pb = sum(f["bytes_read"].values())
+    used = f["bytes_read"]["expert_prefetch_used"] // 17547264  # bytes of a bench (and Kimi K3) expert
+    print(f"prefill of 64 tokens, lookahead {pd}: {p['prefill_seconds']:.2f} s, {f['cache']['requests']} "
+          f"(layer, expert) pairs needed, {f['experts_demand_read']} read by demand and {used} by prefetch, "
+          f"{pb / 1e9:.2f} GB; floor {pb / 1e9 / bw:.2f} s -> {p['prefill_seconds'] / (pb / 1e9 / bw):.2f}x; "
+          f"expert compute {f['time']['expert_compute_seconds']:.2f} s, stall {f['io_wait_seconds']:.2f} s")
 PY

@@ -115,8 +115,11 @@ TEST(ReliabilityTest, SynthOnAFullDiskFailsAndLeavesNoModel) {
 TEST(ReliabilityTest, KilledSynthNeverLeavesAModelThatOpens) {
   testing::TempDir dir;
   const std::string out = dir / "m";
+  // Killed as soon as its first file appears: a fixed delay let a fast machine finish first.
   K3Result killed = RunShell("\"$K3\" synth --preset demo --out " + ShellQuote(out) +
-                             " --quiet & pid=$!; sleep 0.3; kill -9 $pid; wait $pid");
+                             " --quiet & pid=$!; i=0; while [ -z \"$(ls -A " + ShellQuote(out) +
+                             " 2>/dev/null)\" ] && [ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); "
+                             "done; kill -9 $pid; wait $pid");
   ASSERT_NE(killed.exit_code, 0) << "synth finished before the kill; the test proves nothing";
   K3Result r = RunK3({"inspect", "--model", out});
   if (fs::exists(out + "/config.json")) {

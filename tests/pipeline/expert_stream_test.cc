@@ -59,11 +59,18 @@ class ExpertStreamTest : public ::testing::Test {
       ASSERT_TRUE(id.ok());
       files_.push_back(*id);
     }
+    MakeProvider(0);
+  }
+  // Lookahead of one layer, `width` experts guessed per layer (0: the top-k).
+  void MakeProvider(int width) {
+    provider_.reset();
     provider_ = std::make_unique<StreamingExpertProvider>(
         *ckpt_, *trunk_, *cache_, *reads_, files_, disk_,
-        ExpertStreamOptions{.overlap = true,
-                            .prefetch_distance = 1,
-                            .prefetch_cap_bytes = 64 * static_cast<uint64_t>(c.expert_bytes())});
+        ExpertStreamOptions{
+            .overlap = true,
+            .prefetch_distance = 1,
+            .prefetch_width = width,
+            .prefetch_cap_bytes = 64 * static_cast<uint64_t>(ckpt_->config().expert_bytes())});
   }
   void TearDown() override {
     provider_.reset();  // before the engine and the cache it reads into
@@ -145,6 +152,20 @@ TEST_F(ExpertStreamTest, GuessesOfAPassedLayerLoseTheirPins) {
   AwaitFills();
   ASSERT_GT(cache_->stats().pinned_slots, 0);
   RunLayer(3, {6, 7});  // layer 2 never asked
+  EXPECT_EQ(cache_->stats().pinned_slots, 0);
+}
+
+// Guesses never starve a demand: when every other slot is pinned, the layer takes theirs.
+TEST_F(ExpertStreamTest, DemandsTakeTheSlotsOfGuessesWhenNothingElseIsFree) {
+  MakeProvider(static_cast<int>(ckpt_->config().num_experts));  // guess every expert
+  provider_->Lookahead(1, Hidden(), 1);
+  AwaitFills();
+  ASSERT_GT(cache_->stats().pinned_slots, 0);
+  std::vector<int32_t> all_slots;  // one layer needing every slot (a prefill union)
+  for (int32_t e = 0; e < cache_->slots(); ++e) all_slots.push_back(e);
+  const auto start = std::chrono::steady_clock::now();
+  RunLayer(1, all_slots);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(cache_->stats().pinned_slots, 0);
 }
 
