@@ -219,8 +219,7 @@ TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
 }
 
 // With lookahead in the prompt (the default), the next layer's experts are read during this
-// layer's compute: still each needed expert once, now mostly by prefetch. The figures by
-// distance describe decoding only, which has no lookahead here.
+// layer's compute: still each needed expert once, now mostly by prefetch.
 TEST_F(EngineTest, PrefillLookaheadReadsEachNeededExpertOnce) {
   uint64_t union_sizes = 0;
   Baseline(ModelDir(), &union_sizes);
@@ -240,7 +239,29 @@ TEST_F(EngineTest, PrefillLookaheadReadsEachNeededExpertOnce) {
   EXPECT_GT(m.expert_prefetch_used_bytes, 0u);
   // Needed experts read once: by demand, or by a prefetch that a demand then used.
   EXPECT_LE(m.experts_demand_read + m.expert_prefetch_used_bytes / expert, union_sizes);
-  EXPECT_TRUE((*engine)->prefetch_accuracy().empty());
+}
+
+// The figures by distance describe decoding: of the prompt's chunks (4, 4 and 1 tokens) only the
+// single-token one is scored there, at most top-k guesses per MoE layer.
+TEST_F(EngineTest, PromptChunksAreNotScoredAsDecodeLookahead) {
+  EngineOptions o = Options();
+  o.memory.preset = "max";
+  o.prefetch_distance = 1;
+  o.prefill_prefetch_distance = 1;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SequenceState state = (*engine)->NewState();
+  std::vector<float> logits;
+  StepMetrics m;
+  ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
+  const ModelConfig& c = (*engine)->config();
+  uint64_t one_pass = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    one_pass += c.is_dense(l) ? 0 : c.num_experts_per_token;
+  const auto accuracy = (*engine)->prefetch_accuracy();
+  ASSERT_EQ(accuracy.size(), 1u);
+  EXPECT_GT(accuracy[0].predicted, 0u);
+  EXPECT_LE(accuracy[0].predicted, one_pass);
 }
 
 TEST_F(EngineTest, StreamingFromATrunkPackGivesTheSameAnswer) {
