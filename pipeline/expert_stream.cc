@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/weights.h"
@@ -43,7 +42,7 @@ StreamingExpertProvider::~StreamingExpertProvider() {
   engine_.CancelPrefetches();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return pending_.empty(); });
-  ReleaseGuardsLocked(std::numeric_limits<int64_t>::max());
+  ReleaseGuardsLocked(kAllLayers);
 }
 
 void StreamingExpertProvider::ReleaseGuardsLocked(int64_t layer) {
@@ -223,7 +222,7 @@ void StreamingExpertProvider::Demand(size_t i) {
     // Every slot is pinned or being filled: drop the guesses and wait for a slot.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ReleaseGuardsLocked(std::numeric_limits<int64_t>::max());
+      ReleaseGuardsLocked(kAllLayers);
     }
     engine_.CancelPrefetches();
     CacheRequest wait = now;

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <span>
@@ -99,8 +100,9 @@ class StreamingExpertProvider : public ExpertProvider {
   void ScorePredictions(int64_t layer, std::span<const int32_t> experts);
   void Predict(int64_t layer, int distance, std::span<const float> x, size_t tokens);
   void TryPrefetch(const ExpertKey& key);
-  // Drops the pins that keep guesses for layers <= `layer` (all layers: INT64_MAX) from being
+  // Drops the pins that keep guesses for layers <= `layer` (kAllLayers: every guess) from being
   // evicted before their layer asks for them.
+  static constexpr int64_t kAllLayers = std::numeric_limits<int64_t>::max();
   void ReleaseGuardsLocked(int64_t layer);
   void CancelStalePrefetches(int64_t layer);
   size_t MaxBatch() const;

@@ -11,6 +11,7 @@
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"
+#include "tests/util/tiny_model.h"
 
 namespace k3 {
 namespace {
@@ -25,9 +26,7 @@ constexpr char kLayer1Shard[] = "model-00002-of-00014.safetensors";
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SynthOptions opt;
-    opt.preset = "tiny";
-    opt.out_dir = dir_.path();
+    SynthOptions opt = testing::TinyModel(dir_.path());
     opt.seed = 7;
     auto r = Synthesize(opt);
     ASSERT_TRUE(r.ok()) << r.status();

@@ -12,6 +12,7 @@
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"
+#include "tests/util/tiny_model.h"
 
 namespace k3 {
 namespace {
@@ -26,9 +27,7 @@ class TrunkPackTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     model_ = new testing::TempDir();
-    SynthOptions opt;
-    opt.preset = "tiny";
-    opt.out_dir = model_->path();
+    SynthOptions opt = testing::TinyModel(model_->path());
     opt.seed = 11;
     auto r = Synthesize(opt);
     ASSERT_TRUE(r.ok()) << r.status();

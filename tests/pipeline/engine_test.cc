@@ -18,6 +18,7 @@
 #include "core/synth.h"
 #include "core/trunk_pack.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/tiny_model.h"
 
 namespace k3 {
 namespace {
@@ -105,9 +106,7 @@ class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    SynthOptions opt;
-    opt.preset = "tiny";
-    opt.out_dir = dir_->path() + "/tiny";
+    SynthOptions opt = ::k3::testing::TinyModel(dir_->path() + "/tiny");
     opt.router_skew = 1.0;
     ASSERT_TRUE(Synthesize(opt).ok());
   }
@@ -342,10 +341,7 @@ TEST_F(EngineTest, PermanentFaultNamesFileAndOffset) {
 TEST_F(EngineTest, CorruptExpertScaleIsAnErrorNotAToken) {
   TempDir copy;
   const std::string dir = copy.path() + "/m";
-  SynthOptions opt;
-  opt.preset = "tiny";
-  opt.out_dir = dir;
-  ASSERT_TRUE(Synthesize(opt).ok());
+  ASSERT_TRUE(Synthesize(::k3::testing::TinyModel(dir)).ok());
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
   // Every expert of layer 1 gets a NaN scale byte (0xFF) in w1's scales.

@@ -15,6 +15,7 @@
 #include "io/aligned_buffer.h"
 #include "pipeline/memory_plan.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/tiny_model.h"
 
 namespace k3 {
 namespace {
@@ -25,10 +26,7 @@ class ExpertStreamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    SynthOptions opt;
-    opt.preset = "tiny";
-    opt.out_dir = dir_->path() + "/tiny";
-    ASSERT_TRUE(Synthesize(opt).ok());
+    ASSERT_TRUE(Synthesize(::k3::testing::TinyModel(dir_->path() + "/tiny")).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
