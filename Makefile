@@ -30,7 +30,7 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CU
 # *_tests), so that new test folders are picked up without touching this file.
 test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*_tests\{0,1\}\)$$/\1/p')
 
-.PHONY: all deps configure build run test test-normal test-asan test-tsan fuzz fuzz-ci \
+.PHONY: all deps configure check-fixtures build run test test-normal test-asan test-tsan fuzz fuzz-ci \
         fuzz-build clean format
 
 all: build
@@ -56,7 +56,14 @@ test: test-normal
 	@$(MAKE) --no-print-directory test-tsan
 	@$(MAKE) --no-print-directory fuzz-ci
 
-test-normal: build
+# The tests compare with the shared fixtures (CMakeLists.txt says where it looks): without them,
+# stop before building, saying where they were expected, instead of failing dozens of tests.
+check-fixtures: configure
+	@shared=$$(sed -n 's/^K3_SHARED_DIR:PATH=//p' $(BUILD)/CMakeCache.txt); \
+	  [ -d "$$shared/fixtures" ] || { echo "make test: no shared fixtures at $$shared" \
+	  "(put the repository beside shared/, or set K3_SHARED_DIR)" >&2; exit 2; }
+
+test-normal: check-fixtures build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included), in the
