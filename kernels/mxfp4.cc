@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +46,23 @@ alignas(64) inline constexpr std::array<float, 256> kE8M0 = MakePow2Table(127);
 // Half the scale, to undo the doubling of kE2M1DoubledSignMagnitude. Products stay exact: both
 // factors are small integers times powers of two.
 alignas(64) inline constexpr std::array<float, 256> kHalfE8M0 = MakePow2Table(128);
+
+// The activation layout of Mxfp4Activations, the same on every target: column block b (512
+// columns, 16 groups) of token t starts at (b * tokens + t) * kLayoutBlockCols, and within a
+// group the 16 even columns come before the 16 odd ones (the order GroupDecoder decodes in).
+inline constexpr size_t kLayoutBlockGroups = 16;
+inline constexpr size_t kLayoutBlockCols = kLayoutBlockGroups * 32;
+
+inline size_t LayoutBlocks(size_t cols) {
+  return (cols / 32 + kLayoutBlockGroups - 1) / kLayoutBlockGroups;
+}
+inline size_t LaidOutSize(size_t tokens, size_t cols) {
+  return LayoutBlocks(cols) * tokens * kLayoutBlockCols;
+}
+// Offset of group g of token t in the layout.
+inline size_t LaidOutGroup(size_t tokens, size_t t, size_t g) {
+  return ((g / kLayoutBlockGroups) * tokens + t) * kLayoutBlockCols + (g % kLayoutBlockGroups) * 32;
+}
 
 }  // namespace k3::kernels::detail
 #endif  // K3_KERNELS_MXFP4_CC_ONCE_
@@ -92,9 +110,30 @@ size_t FindInvalidScaleImpl(const uint8_t* HWY_RESTRICT p, size_t n) {
 void DecodeRowImpl(const uint8_t* packed, const uint8_t* scales, size_t cols, float* out) {
   DecodeMxfp4RowScalar({packed, cols / 2}, {scales, cols / kMxfp4GroupSize}, {out, cols});
 }
-void MatMulImpl(const Mxfp4Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
-                size_t row_end) {
-  Mxfp4MatMulScalar(w, {x, tokens * w.cols}, tokens, {y, tokens * w.rows}, row_begin, row_end);
+void LayOutImpl(const float* HWY_RESTRICT x, size_t tokens, size_t cols, float* HWY_RESTRICT out) {
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t g = 0; g < cols / 32; ++g) {
+      float* group = out + detail::LaidOutGroup(tokens, t, g);
+      for (size_t m = 0; m < 16; ++m) {
+        group[m] = x[t * cols + 32 * g + 2 * m];
+        group[16 + m] = x[t * cols + 32 * g + 2 * m + 1];
+      }
+    }
+  }
+}
+void MatMulImpl(const Mxfp4Matrix& w, const float* HWY_RESTRICT xb, size_t tokens, float* y,
+                size_t row_begin, size_t row_end) {
+  std::vector<float> x(w.cols);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t g = 0; g < w.cols / 32; ++g) {
+      const float* group = xb + detail::LaidOutGroup(tokens, t, g);
+      for (size_t m = 0; m < 16; ++m) {
+        x[32 * g + 2 * m] = group[m];
+        x[32 * g + 2 * m + 1] = group[16 + m];
+      }
+    }
+    Mxfp4MatVecScalar(w, x, {y + t * w.rows, w.rows}, row_begin, row_end);
+  }
 }
 
 #else  // HWY_TARGET != HWY_SCALAR
@@ -168,16 +207,23 @@ class GroupDecoder {
 
 #endif
 
-// xp = x with each 32-column group reordered to its 16 even then its 16 odd columns.
-HWY_INLINE void PermuteActivations(const float* HWY_RESTRICT x, size_t cols,
-                                   float* HWY_RESTRICT xp) {
+inline constexpr size_t kPanelGroups = detail::kLayoutBlockGroups;
+inline constexpr size_t kPanelStride = detail::kLayoutBlockCols;  // floats per block and token
+
+// The layout of Mxfp4Activations: each 32-column group reordered to its 16 even then its 16 odd
+// columns, in column blocks of kPanelStride per token.
+void LayOutImpl(const float* HWY_RESTRICT x, size_t tokens, size_t cols, float* HWY_RESTRICT out) {
   const DF df;
-  for (size_t g = 0; g < cols; g += kMxfp4GroupSize) {
-    for (size_t j = 0; j < kVecsPerHalf; ++j) {
-      VF even, odd;
-      hn::LoadInterleaved2(df, x + g + 2 * kLanes * j, even, odd);
-      hn::StoreU(even, df, xp + g + kLanes * j);
-      hn::StoreU(odd, df, xp + g + 16 + kLanes * j);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t g = 0; g < cols / kMxfp4GroupSize; ++g) {
+      const float* in = x + t * cols + g * kMxfp4GroupSize;
+      float* group = out + detail::LaidOutGroup(tokens, t, g);
+      for (size_t j = 0; j < kVecsPerHalf; ++j) {
+        VF even, odd;
+        hn::LoadInterleaved2(df, in + 2 * kLanes * j, even, odd);
+        hn::Store(even, df, group + kLanes * j);
+        hn::Store(odd, df, group + 16 + kLanes * j);
+      }
     }
   }
 }
@@ -196,16 +242,16 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, const uint8_t* HWY_RESTRI
 }
 
 // kRows consecutive rows (row i at packed + i * groups * 16, scales + i * groups) times
-// kTokens tokens (token t at xp + t * ldx): each group is decoded once for all the tokens, with
-// one accumulator per (row, token) in registers (the canonical arithmetic). The kRows x kTokens
-// independent chains also hide the latency of the multiply-adds.
+// kTokens tokens from t0 of the laid-out batch xb of `tokens`: each group is decoded once for
+// all the tokens, with one accumulator per (row, token) in registers (the canonical arithmetic).
+// The kRows x kTokens independent chains also hide the latency of the multiply-adds.
 inline constexpr size_t kPrefetchBlocks = 2;
 
 template <size_t kRows, size_t kTokens>
 HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RESTRICT packed,
                              const uint8_t* HWY_RESTRICT scales, size_t groups,
-                             const float* HWY_RESTRICT xp, size_t ldx, float* HWY_RESTRICT y,
-                             size_t y_stride) {
+                             const float* HWY_RESTRICT xb, size_t tokens, size_t t0,
+                             float* HWY_RESTRICT y, size_t y_stride) {
   const DF df;
   VF acc[kRows][kTokens];
   for (size_t i = 0; i < kRows; ++i) {
@@ -213,9 +259,10 @@ HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RES
   }
   for (size_t g = 0; g < groups; ++g) {
     VF xv[kTokens][kVecsPerGroup];
+    const float* xg = xb + detail::LaidOutGroup(tokens, t0, g);
     for (size_t t = 0; t < kTokens; ++t) {
       for (size_t j = 0; j < kVecsPerGroup; ++j) {
-        xv[t][j] = hn::LoadU(df, xp + t * ldx + 32 * g + j * kLanes);
+        xv[t][j] = hn::Load(df, xg + t * kPanelStride + j * kLanes);
       }
     }
     // Sweep the bytes of the row block kPrefetchBlocks ahead (rows are contiguous, so that is
@@ -238,10 +285,10 @@ HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RES
   }
 }
 
-// Y[t, r] for r in [row_begin, row_end); xp holds the tokens permuted. Rows go in blocks, and a
+// Y[t, r] for r in [row_begin, row_end); xb holds the tokens laid out. Rows go in blocks, and a
 // block meets every token (kBlockTokens at a time) before the next, so each weight byte comes
 // from memory once; later token blocks decode the block's rows again from L1.
-void Product(const Mxfp4Matrix& w, const float* xp, size_t tokens, float* y, size_t row_begin,
+void Product(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y, size_t row_begin,
              size_t row_end) {
   const size_t groups = w.cols / kMxfp4GroupSize;
   const GroupDecoder decoder;
@@ -249,7 +296,7 @@ void Product(const Mxfp4Matrix& w, const float* xp, size_t tokens, float* y, siz
     const uint8_t* packed = w.packed.data() + r * groups * 16;
     const uint8_t* scales = w.scales.data() + r * groups;
     ForEachTokenBlock(tokens, [&]<size_t kTokens>(size_t t0) {
-      ProductBlock<kRows, kTokens>(decoder, packed, scales, groups, xp + t0 * w.cols, w.cols,
+      ProductBlock<kRows, kTokens>(decoder, packed, scales, groups, xb, tokens, t0,
                                    y + t0 * w.rows + r, w.rows);
     });
   };
@@ -275,31 +322,33 @@ inline constexpr size_t kTileTokens = 6;
 inline constexpr size_t kTileRows = 2;
 inline constexpr size_t kTileTokens = 4;
 #endif
-// A panel of 4 rows x 512 columns is 8 KiB of weights; with a tile's activations (12 KiB) and
-// the panel's accumulators (16 KiB at 64 tokens) it stays in a 48 KiB L1. Wider panels round
-// trip the accumulators less often but spill out of L1.
-inline constexpr size_t kPanelRows = kTileRows;
-inline constexpr size_t kPanelGroups = 16;
-inline constexpr size_t kPanelStride = kPanelGroups * kMxfp4GroupSize;  // floats per panel row
 // Below this many tokens the decode per token block costs less than the panel's round trips.
 inline constexpr size_t kPanelMinTokens = 8;
 
-// acc[i * acc_stride + t] (each a vector) for the tile's kRows x kTokens; `chunks` chunks of the
-// panel (row i at wd + i * kPanelStride) against the tokens (token t at xp + t * ldx).
+// Row-major fp32 operands of a panel: `count` rows (or tokens), row i at data + i * stride.
+struct PanelOperand {
+  const float* data;
+  size_t stride;
+  size_t count;
+};
+
+// The tile's kRows x kTokens accumulators wait in memory as one run, (token t, row i) at
+// acc_mem + (t * kRows + i) * kLanes, so they load and store at fixed offsets from one pointer.
+// `chunks` chunks of the weights (row i at wd + i * ldw) against the tokens (token t at
+// xp + t * ldx).
 template <size_t kRows, size_t kTokens>
-HWY_INLINE void PanelTile(const float* HWY_RESTRICT wd, const float* HWY_RESTRICT xp, size_t ldx,
-                          size_t chunks, bool first, float* HWY_RESTRICT acc_mem,
-                          size_t acc_stride) {
+HWY_INLINE void PanelTile(const float* HWY_RESTRICT wd, size_t ldw, const float* HWY_RESTRICT xp,
+                          size_t ldx, size_t chunks, bool first, float* HWY_RESTRICT acc_mem) {
   const DF df;
   VF acc[kRows][kTokens];
   for (size_t i = 0; i < kRows; ++i) {
     for (size_t t = 0; t < kTokens; ++t) {
-      acc[i][t] = first ? hn::Zero(df) : hn::Load(df, acc_mem + (i * acc_stride + t) * kLanes);
+      acc[i][t] = first ? hn::Zero(df) : hn::Load(df, acc_mem + (t * kRows + i) * kLanes);
     }
   }
   for (size_t c = 0; c < chunks; ++c) {
     VF wv[kRows];
-    for (size_t i = 0; i < kRows; ++i) wv[i] = hn::Load(df, wd + i * kPanelStride + c * kLanes);
+    for (size_t i = 0; i < kRows; ++i) wv[i] = hn::Load(df, wd + i * ldw + c * kLanes);
     for (size_t t = 0; t < kTokens; ++t) {
       const VF xv = hn::LoadU(df, xp + t * ldx + c * kLanes);
       for (size_t i = 0; i < kRows; ++i) acc[i][t] = hn::MulAdd(wv[i], xv, acc[i][t]);
@@ -307,10 +356,40 @@ HWY_INLINE void PanelTile(const float* HWY_RESTRICT wd, const float* HWY_RESTRIC
   }
   for (size_t i = 0; i < kRows; ++i) {
     for (size_t t = 0; t < kTokens; ++t) {
-      hn::Store(acc[i][t], df, acc_mem + (i * acc_stride + t) * kLanes);
+      hn::Store(acc[i][t], df, acc_mem + (t * kRows + i) * kLanes);
     }
   }
 }
+
+// Every tile of one column block: `chunks` chunks of the decoded rows w (at most kTileRows)
+// against every token x, into the accumulators, (token t, row i) at acc + (t * w.count + i) *
+// kLanes; `first` starts them from zero.
+HWY_INLINE void PanelTiles(PanelOperand w, PanelOperand x, size_t chunks, bool first,
+                           float* HWY_RESTRICT acc) {
+  ForEachBlock<kTileRows>(w.count, [&]<size_t kRows>(size_t) {
+    ForEachBlock<kTileTokens>(x.count, [&]<size_t kTokens>(size_t t0) {
+      PanelTile<kRows, kTokens>(w.data, w.stride, x.data + t0 * x.stride, x.stride, chunks, first,
+                                acc + t0 * kRows * kLanes);
+    });
+  });
+}
+
+// y[t * y_stride + i] = the reduced accumulator of (row i, token t).
+HWY_INLINE void StorePanel(const float* HWY_RESTRICT acc, size_t rows, size_t tokens,
+                           float* HWY_RESTRICT y, size_t y_stride) {
+  const DF df;
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t i = 0; i < rows; ++i) {
+      y[t * y_stride + i] = ReduceAcc(hn::Load(df, acc + (t * rows + i) * kLanes));
+    }
+  }
+}
+
+// A panel of 4 rows x 512 columns is 8 KiB of weights; with a tile's activations (12 KiB) and
+// the panel's accumulators (16 KiB at 64 tokens) it stays in a 48 KiB L1. Wider panels round
+// trip the accumulators less often but spill out of L1; 8 rows or 24 and 32 groups measured no
+// faster.
+inline constexpr size_t kPanelRows = kTileRows;
 
 // Decodes groups [g0, g0 + count) of `rows` rows (row i at packed + i * groups * 16) into wd.
 HWY_INLINE void DecodePanel(const GroupDecoder& decoder, const uint8_t* HWY_RESTRICT packed,
@@ -331,9 +410,8 @@ HWY_INLINE void DecodePanel(const GroupDecoder& decoder, const uint8_t* HWY_REST
   }
 }
 
-// One panel of `rows` (<= kPanelRows) rows from row r against every token. xb holds the
-// permuted activations by column block: block b of token t at xb + (b * tokens + t) *
-// kPanelStride, so a tile's activations are one contiguous run.
+// One panel of `rows` (<= kPanelRows) rows from row r against every token of the laid-out batch
+// xb, where a tile's activations in a column block are one contiguous run.
 void PanelRows(const Mxfp4Matrix& w, const GroupDecoder& decoder, const float* xb, size_t tokens,
                float* y, size_t r, size_t rows, float* wd, float* acc) {
   const size_t groups = w.cols / kMxfp4GroupSize;
@@ -343,35 +421,14 @@ void PanelRows(const Mxfp4Matrix& w, const GroupDecoder& decoder, const float* x
     const size_t count = std::min(kPanelGroups, groups - g0);
     const float* block = xb + (g0 / kPanelGroups) * tokens * kPanelStride;
     DecodePanel(decoder, packed, scales, groups, rows, g0, count, wd);
-    ForEachBlock<kTileTokens>(tokens, [&]<size_t kTokens>(size_t t0) {
-      ForEachBlock<kTileRows>(rows, [&]<size_t kRows>(size_t i0) {
-        PanelTile<kRows, kTokens>(wd + i0 * kPanelStride, block + t0 * kPanelStride, kPanelStride,
-                                  count * kVecsPerGroup, g0 == 0, acc + (i0 * tokens + t0) * kLanes,
-                                  tokens);
-      });
-    });
+    PanelTiles({wd, kPanelStride, rows}, {block, kPanelStride, tokens}, count * kVecsPerGroup,
+               g0 == 0, acc);
   }
-  const DF df;
-  for (size_t i = 0; i < rows; ++i) {
-    for (size_t t = 0; t < tokens; ++t) {
-      y[t * w.rows + r + i] = ReduceAcc(hn::Load(df, acc + (i * tokens + t) * kLanes));
-    }
-  }
+  StorePanel(acc, rows, tokens, y + r, w.rows);
 }
 
-void PanelProduct(const Mxfp4Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
+void PanelProduct(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y, size_t row_begin,
                   size_t row_end) {
-  const size_t groups = w.cols / kMxfp4GroupSize;
-  const size_t blocks = (groups + kPanelGroups - 1) / kPanelGroups;
-  float* xb =
-      internal::ThreadScratch(internal::ScratchSlot::kActivations, blocks * tokens * kPanelStride);
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t g0 = b * kPanelGroups, count = std::min(kPanelGroups, groups - g0);
-    for (size_t t = 0; t < tokens; ++t) {
-      PermuteActivations(x + t * w.cols + g0 * kMxfp4GroupSize, count * kMxfp4GroupSize,
-                         xb + (b * tokens + t) * kPanelStride);
-    }
-  }
   float* wd =
       internal::ThreadScratch(internal::ScratchSlot::kDecodedPanel, kPanelRows * kPanelStride);
   float* acc =
@@ -382,12 +439,11 @@ void PanelProduct(const Mxfp4Matrix& w, const float* x, size_t tokens, float* y,
   }
 }
 
-void MatMulImpl(const Mxfp4Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
+// xb: the batch laid out by LayOutImpl.
+void MatMulImpl(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y, size_t row_begin,
                 size_t row_end) {
-  if (tokens >= kPanelMinTokens) return PanelProduct(w, x, tokens, y, row_begin, row_end);
-  float* xp = internal::ThreadScratch(internal::ScratchSlot::kActivations, tokens * w.cols);
-  for (size_t t = 0; t < tokens; ++t) PermuteActivations(x + t * w.cols, w.cols, xp + t * w.cols);
-  Product(w, xp, tokens, y, row_begin, row_end);
+  if (tokens >= kPanelMinTokens) return PanelProduct(w, xb, tokens, y, row_begin, row_end);
+  Product(w, xb, tokens, y, row_begin, row_end);
 }
 
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -402,6 +458,7 @@ namespace k3::kernels {
 HWY_EXPORT(FindInvalidScaleImpl);
 HWY_EXPORT(DecodeRowImpl);
 HWY_EXPORT(MatMulImpl);
+HWY_EXPORT(LayOutImpl);
 
 namespace {
 
@@ -440,6 +497,15 @@ void CheckRow(std::span<const uint8_t> packed_row, std::span<const uint8_t> scal
       scale_row.size() * kMxfp4GroupSize != cols) {
     Fail(std::string(fn) + ": row sizes do not match");
   }
+}
+
+// The product for callers that pass X as is: laid out in this thread's scratch.
+void MatMulViaScratch(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens,
+                      std::span<float> y, size_t row_begin, size_t row_end) {
+  float* xb = internal::ThreadScratch(internal::ScratchSlot::kActivations,
+                                      detail::LaidOutSize(tokens, w.cols));
+  HWY_DYNAMIC_DISPATCH(LayOutImpl)(x.data(), tokens, w.cols, xb);
+  HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, xb, tokens, y.data(), row_begin, row_end);
 }
 
 }  // namespace
@@ -487,7 +553,7 @@ void Mxfp4MatVec(const Mxfp4Matrix& w, std::span<const float> x, std::span<float
                  size_t row_begin, size_t row_end) {
   CheckProduct(w, x.size(), y.size(), 1, row_begin, row_end, "Mxfp4MatVec");
   if (row_begin == row_end) return;
-  HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, x.data(), 1, y.data(), row_begin, row_end);
+  MatMulViaScratch(w, x, 1, y, row_begin, row_end);
 }
 
 void Mxfp4MatVecScalar(const Mxfp4Matrix& w, std::span<const float> x, std::span<float> y,
@@ -510,7 +576,39 @@ void Mxfp4MatMul(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens, 
                  size_t row_begin, size_t row_end) {
   CheckProduct(w, x.size(), y.size(), tokens, row_begin, row_end, "Mxfp4MatMul");
   if (row_begin == row_end || tokens == 0) return;
-  HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, x.data(), tokens, y.data(), row_begin, row_end);
+  MatMulViaScratch(w, x, tokens, y, row_begin, row_end);
+}
+
+void Mxfp4Activations::AlignedDelete::operator()(float* p) const {
+  ::operator delete[](p, std::align_val_t{64});
+}
+
+void Mxfp4Activations::Assign(std::span<const float> x, size_t tokens, size_t cols) {
+  if (cols == 0 || cols % kMxfp4GroupSize != 0 || x.size() != tokens * cols) {
+    Fail("Mxfp4Activations::Assign: " + std::to_string(x.size()) + " floats are not " +
+         std::to_string(tokens) + " tokens of a positive multiple of 32 columns (" +
+         std::to_string(cols) + ")");
+  }
+  const size_t size = detail::LaidOutSize(tokens, cols);
+  if (capacity_ < size) {
+    storage_.reset(
+        static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t{64})));
+    capacity_ = size;
+  }
+  tokens_ = tokens;
+  cols_ = cols;
+  if (tokens > 0) HWY_DYNAMIC_DISPATCH(LayOutImpl)(x.data(), tokens, cols, storage_.get());
+}
+
+void Mxfp4MatMul(const Mxfp4Matrix& w, const Mxfp4Activations& x, std::span<float> y,
+                 size_t row_begin, size_t row_end) {
+  if (x.cols() != w.cols) {
+    Fail("Mxfp4MatMul: activations of " + std::to_string(x.cols()) + " columns for a matrix of " +
+         std::to_string(w.cols));
+  }
+  CheckProduct(w, x.tokens() * w.cols, y.size(), x.tokens(), row_begin, row_end, "Mxfp4MatMul");
+  if (row_begin == row_end || x.tokens() == 0) return;
+  HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, x.laid_out(), x.tokens(), y.data(), row_begin, row_end);
 }
 
 void Mxfp4MatMulScalar(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens,

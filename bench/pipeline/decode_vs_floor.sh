@@ -62,11 +62,15 @@ for s in ["serial", "d0", "d1", "d2", "d3"]:
     gb = m(lambda r: sum(r["bytes_read"].values()) / steps(r) / 1e9)
     med[s] = spt
     name = "--no-overlap" if s == "serial" else f"distance {s[1]}"
+    # Without lookahead nothing is predicted: no precision or recall to show.
+    def accuracy(k):
+        if m(lambda r: r["prefetch"]["predicted"]) == 0: return "-"
+        return f"{m(lambda r: r['prefetch'][k]):.2f}"
     print(f"| {name} | {spt:.3f} | {gb:.2f} | {gb / bw:.3f} | {spt / (gb / bw):.2f} | "
           f"{m(lambda r: r['io_wait_seconds'] / steps(r)):.3f} | "
           f"{m(lambda r: r['time']['expert_compute_seconds'] / steps(r)):.3f} | "
           f"{m(lambda r: r['disk_busy_fraction']):.2f} | {m(lambda r: r['cache']['hit_rate']):.2f} | "
-          f"{m(lambda r: r['prefetch']['precision']):.2f} | {m(lambda r: r['prefetch']['recall']):.2f} |")
+          f"{accuracy('precision')} | {accuracy('recall')} |")
 print()
 best = min(("d1", "d2", "d3"), key=lambda s: med[s])
 print(f"speed-up over --no-overlap: " + ", ".join(f"distance {s[1]} {med['serial'] / med[s]:.2f}x" for s in ("d0", "d1", "d2", "d3")))

@@ -33,12 +33,13 @@ void ForEachToken(size_t tokens, const std::function<void(size_t)>& fn) {
   tbb::parallel_for(size_t{0}, tokens, fn);
 }
 
-void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, std::span<const float> x, size_t tokens,
+// One product split into row tasks; every task reads the one layout of the activations.
+void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, const kernels::Mxfp4Activations& x,
                          std::span<float> y) {
   tbb::parallel_for(
       tbb::blocked_range<size_t>(0, w.rows, kRowsPerTask),
       [&](const tbb::blocked_range<size_t>& r) {
-        kernels::Mxfp4MatMul(w, x, tokens, y, r.begin(), r.end());
+        kernels::Mxfp4MatMul(w, x, y, r.begin(), r.end());
       },
       tbb::simple_partitioner());
 }
@@ -223,10 +224,13 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
     for (size_t r = 0; r < n; ++r) {
       std::copy_n(z.data() + u[r].first * latent, latent, in.data() + r * latent);
     }
-    Mxfp4MatMulParallel(ew.w1, in, n, gate);
-    Mxfp4MatMulParallel(ew.w3, in, n, up);
+    kernels::Mxfp4Activations batch;  // gate and up share one layout of the input
+    batch.Assign(in, n, latent);
+    Mxfp4MatMulParallel(ew.w1, batch, gate);
+    Mxfp4MatMulParallel(ew.w3, batch, up);
     kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-    Mxfp4MatMulParallel(ew.w2, gate, n, y);
+    batch.Assign(gate, n, width);
+    Mxfp4MatMulParallel(ew.w2, batch, y);
     for (size_t r = 0; r < n; ++r) {
       const auto [t, j] = u[r];
       std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);

@@ -358,6 +358,37 @@ TEST_P(Mxfp4, ResultsDoNotDependOnRowSplitOrThreads) {
   for (size_t r = 0; r < rows; ++r) ASSERT_TRUE(SameBits(mv_split[r], mv_whole[r])) << r;
 }
 
+// One layout of the activations, shared by row ranges on several threads (as the engine's row
+// tasks share it) and reused for a second matrix, gives the bits of the plain product: for
+// small batches and panel batches, and for column counts that end inside a 512-column block.
+TEST_P(Mxfp4, LaidOutActivationsGiveThePlainProductsBits) {
+  for (const Shape s : {Shape{13, 96}, Shape{29, 544}, Shape{40, 3584}}) {
+    const RandomMatrix m = MakeMatrix(s.rows, s.cols, 500 + s.cols);
+    const RandomMatrix other = MakeMatrix(s.rows + 3, s.cols, 600 + s.cols);
+    for (size_t tokens : {1, 5, 8, 13, 40}) {
+      const std::vector<float> x = RandomFloats(tokens * s.cols, 700 + tokens);
+      Mxfp4Activations batch;
+      batch.Assign(x, tokens, s.cols);
+      for (const RandomMatrix* w : {&m, &other}) {
+        std::vector<float> want(tokens * w->rows), got(tokens * w->rows, 777.0f);
+        Mxfp4MatMul(w->view(), x, tokens, want, 0, w->rows);
+        std::vector<std::thread> threads;
+        const size_t parts = 3;
+        for (size_t p = 0; p < parts; ++p) {
+          threads.emplace_back([&, p] {
+            Mxfp4MatMul(w->view(), batch, got, w->rows * p / parts, w->rows * (p + 1) / parts);
+          });
+        }
+        for (std::thread& t : threads) t.join();
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_TRUE(SameBits(got[i], want[i]))
+              << s.rows << "x" << s.cols << " T " << tokens << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 K3_INSTANTIATE_PER_TARGET(Mxfp4);
 
 TEST(Mxfp4Args, RejectsMismatchedSizes) {
@@ -370,6 +401,14 @@ TEST(Mxfp4Args, RejectsMismatchedSizes) {
   bad.cols = 48;
   EXPECT_THROW(Mxfp4MatVec(bad, std::span(x).first(48), y, 0, 4), std::invalid_argument);
   EXPECT_THROW(Mxfp4MatMul(m.view(), x, 2, y, 0, 4), std::invalid_argument);
+  Mxfp4Activations batch;
+  EXPECT_THROW(batch.Assign(std::span(x).first(48), 1, 48), std::invalid_argument);
+  EXPECT_THROW(batch.Assign(x, 2, 64), std::invalid_argument);
+  std::vector<float> x96(96);
+  batch.Assign(x96, 1, 96);  // a matrix of 64 columns cannot take 96-column activations
+  EXPECT_THROW(Mxfp4MatMul(m.view(), batch, y, 0, 4), std::invalid_argument);
+  batch.Assign(x, 1, 64);
+  EXPECT_THROW(Mxfp4MatMul(m.view(), batch, std::span(y).first(3), 0, 4), std::invalid_argument);
   std::vector<float> out(64);
   EXPECT_THROW(DecodeMxfp4Row(std::span(m.packed).first(31), std::span(m.scales).first(2), out),
                std::invalid_argument);
