@@ -378,10 +378,16 @@ HWY_INLINE void PanelTiles(PanelOperand w, PanelOperand x, size_t chunks, bool f
 HWY_INLINE void StorePanel(const float* HWY_RESTRICT acc, size_t rows, size_t tokens,
                            float* HWY_RESTRICT y, size_t y_stride) {
   const DF df;
-  for (size_t t = 0; t < tokens; ++t) {
-    for (size_t i = 0; i < rows; ++i) {
-      y[t * y_stride + i] = ReduceAcc(hn::Load(df, acc + (t * rows + i) * kLanes));
-    }
+  size_t k = 0;  // accumulator k is (token k / rows, row k % rows)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (; k + 16 <= rows * tokens; k += 16) {
+    alignas(64) float sums[16];
+    ReduceSixteen(acc + k * kLanes, sums);
+    for (size_t j = 0; j < 16; ++j) y[(k + j) / rows * y_stride + (k + j) % rows] = sums[j];
+  }
+#endif
+  for (; k < rows * tokens; ++k) {
+    y[k / rows * y_stride + k % rows] = ReduceAcc(hn::Load(df, acc + k * kLanes));
   }
 }
 
