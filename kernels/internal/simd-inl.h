@@ -79,9 +79,8 @@ HWY_INLINE void ReduceSixteen(const float* HWY_RESTRICT acc, float* HWY_RESTRICT
                              _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
   }
   // Lane 4j + k holds the sum of vector 4k + j; the permute puts vector v in lane v.
-  const __m512 sums =
-      _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(pairs[0], pairs[1], _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, sums));
 }
