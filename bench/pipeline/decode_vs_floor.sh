@@ -4,8 +4,8 @@
 #
 # For each setting (lookahead distance 0..3 and the serial --no-overlap baseline) runs
 # `k3 generate` cold (a fresh process, O_DIRECT) REPEAT times with 16 prompt tokens and 24
-# decode tokens at a RAM budget of about 12 % of the checkpoint, and once a 64-token prefill
-# with and without its lookahead (--prefill-prefetch-distance 0 and 1).
+# decode tokens at a RAM budget of about 12 % of the checkpoint, and REPEAT times a 64-token
+# prefill with and without its lookahead (--prefill-prefetch-distance 0 and 1).
 # The raw read bandwidth of the same binary at the same queue depth is measured in the same run
 # (`k3 bench --raw`), before and after, and the floor is bytes read per token over it.
 #
@@ -37,10 +37,12 @@ for rep in $(seq 1 "$REPEAT"); do
       --queue-depth $QD $flags --quiet --report-json "$OUT/$setting.$rep.json" > /dev/null
   done
 done
-for pd in 0 1; do
-  echo "prefill, lookahead $pd" >&2
-  "$K3" generate -m "$MODEL" --ids "$IDS64" -n 1 --ram-gb "$RAM" --queue-depth $QD \
-    --prefill-prefetch-distance $pd --quiet --report-json "$OUT/prefill$pd.json" > /dev/null
+for rep in $(seq 1 "$REPEAT"); do
+  for pd in 0 1; do
+    echo "run $rep: prefill, lookahead $pd" >&2
+    "$K3" generate -m "$MODEL" --ids "$IDS64" -n 1 --ram-gb "$RAM" --queue-depth $QD \
+      --prefill-prefetch-distance $pd --quiet --report-json "$OUT/prefill$pd.$rep.json" > /dev/null
+  done
 done
 raw 2
 /usr/bin/python3 - "$OUT" "$REPEAT" <<'PY'
@@ -76,12 +78,16 @@ best = min(("d1", "d2", "d3"), key=lambda s: med[s])
 print(f"speed-up over --no-overlap: " + ", ".join(f"distance {s[1]} {med['serial'] / med[s]:.2f}x" for s in ("d0", "d1", "d2", "d3")))
 print(f"speed-up over distance 0: " + ", ".join(f"distance {s[1]} {med['d0'] / med[s]:.2f}x" for s in ("d1", "d2", "d3")))
 for pd in (0, 1):
-    p = json.load(open(f"{out}/prefill{pd}.json"))
+    runs = sorted((json.load(open(f"{out}/prefill{pd}.{r}.json")) for r in range(1, repeat + 1)),
+                  key=lambda p: p["prefill_seconds"])
+    p = runs[len(runs) // 2]  # the median run (by time), so its figures belong together
     f = p["prefill"]
     pb = sum(f["bytes_read"].values())
     used = f["bytes_read"]["expert_prefetch_used"] // 17547264  # bytes of a bench (and Kimi K3) expert
-    print(f"prefill of 64 tokens, lookahead {pd}: {p['prefill_seconds']:.2f} s, {f['cache']['requests']} "
-          f"(layer, expert) pairs needed, {f['experts_demand_read']} read by demand and {used} by prefetch, "
-          f"{pb / 1e9:.2f} GB; floor {pb / 1e9 / bw:.2f} s -> {p['prefill_seconds'] / (pb / 1e9 / bw):.2f}x; "
-          f"expert compute {f['time']['expert_compute_seconds']:.2f} s, stall {f['io_wait_seconds']:.2f} s")
+    spread = ", ".join(f"{r['prefill_seconds']:.2f}" for r in runs)
+    print(f"prefill of 64 tokens, lookahead {pd}: {p['prefill_seconds']:.2f} s (median of {spread}), "
+          f"{f['cache']['requests']} (layer, expert) pairs needed, {f['experts_demand_read']} read by "
+          f"demand and {used} by prefetch, {pb / 1e9:.2f} GB; floor {pb / 1e9 / bw:.2f} s -> "
+          f"{p['prefill_seconds'] / (pb / 1e9 / bw):.2f}x; expert compute "
+          f"{f['time']['expert_compute_seconds']:.2f} s, stall {f['io_wait_seconds']:.2f} s")
 PY
