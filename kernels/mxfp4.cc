@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,6 +50,8 @@ alignas(64) inline constexpr std::array<float, 256> kHalfE8M0 = MakePow2Table(12
 // columns, 16 groups) of token t starts at (b * tokens + t) * kLayoutBlockCols, and within a
 // group the 16 even columns come before the 16 odd ones (the order GroupDecoder decodes in).
 inline constexpr size_t kLayoutBlockGroups = 16;
+// Its vectors are loaded aligned: Mxfp4Activations and the scratch buffers are aligned to this.
+static_assert(HWY_ALIGNMENT >= 64, "64-byte vector loads need 64-byte aligned buffers");
 inline constexpr size_t kLayoutBlockCols = kLayoutBlockGroups * 32;
 
 inline size_t LayoutBlocks(size_t cols) {
@@ -585,10 +586,6 @@ void Mxfp4MatMul(const Mxfp4Matrix& w, std::span<const float> x, size_t tokens, 
   MatMulViaScratch(w, x, tokens, y, row_begin, row_end);
 }
 
-void Mxfp4Activations::AlignedDelete::operator()(float* p) const {
-  ::operator delete[](p, std::align_val_t{64});
-}
-
 void Mxfp4Activations::Assign(std::span<const float> x, size_t tokens, size_t cols) {
   if (cols == 0 || cols % kMxfp4GroupSize != 0 || x.size() != tokens * cols) {
     Fail("Mxfp4Activations::Assign: " + std::to_string(x.size()) + " floats are not " +
@@ -597,8 +594,7 @@ void Mxfp4Activations::Assign(std::span<const float> x, size_t tokens, size_t co
   }
   const size_t size = detail::LaidOutSize(tokens, cols);
   if (capacity_ < size) {
-    storage_.reset(
-        static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t{64})));
+    storage_ = hwy::AllocateAligned<float>(size);
     capacity_ = size;
   }
   tokens_ = tokens;

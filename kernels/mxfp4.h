@@ -15,9 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <span>
+
+#include "hwy/aligned_allocator.h"
 
 namespace k3::kernels {
 
@@ -74,10 +75,7 @@ class Mxfp4Activations {
   const float* laid_out() const { return storage_.get(); }
 
  private:
-  struct AlignedDelete {
-    void operator()(float* p) const;
-  };
-  std::unique_ptr<float[], AlignedDelete> storage_;
+  hwy::AlignedFreeUniquePtr<float[]> storage_;
   size_t capacity_ = 0;
   size_t tokens_ = 0;
   size_t cols_ = 0;

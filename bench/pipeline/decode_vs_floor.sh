@@ -74,7 +74,6 @@ for s in ["serial", "d0", "d1", "d2", "d3"]:
           f"{m(lambda r: r['disk_busy_fraction']):.2f} | {m(lambda r: r['cache']['hit_rate']):.2f} | "
           f"{accuracy('precision')} | {accuracy('recall')} |")
 print()
-best = min(("d1", "d2", "d3"), key=lambda s: med[s])
 print(f"speed-up over --no-overlap: " + ", ".join(f"distance {s[1]} {med['serial'] / med[s]:.2f}x" for s in ("d0", "d1", "d2", "d3")))
 print(f"speed-up over distance 0: " + ", ".join(f"distance {s[1]} {med['d0'] / med[s]:.2f}x" for s in ("d1", "d2", "d3")))
 for pd in (0, 1):

@@ -1,18 +1,14 @@
 #include "kernels/internal/scratch.h"
 
 #include <array>
-#include <memory>
-#include <new>
+
+#include "hwy/aligned_allocator.h"
 
 namespace k3::kernels::internal {
 namespace {
 
-struct AlignedDeleter {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-};
-
 struct Buffer {
-  std::unique_ptr<float[], AlignedDeleter> data;
+  hwy::AlignedFreeUniquePtr<float[]> data;  // HWY_ALIGNMENT (64) bytes aligned
   size_t capacity = 0;
 };
 
@@ -24,8 +20,7 @@ float* ThreadScratch(ScratchSlot slot, size_t count) {
   if (b.capacity < count) {
     // Grow geometrically so a sequence of slightly larger requests does not reallocate each time.
     const size_t capacity = count + count / 2;
-    b.data.reset(
-        static_cast<float*>(::operator new[](capacity * sizeof(float), std::align_val_t{64})));
+    b.data = hwy::AllocateAligned<float>(capacity);
     b.capacity = capacity;
   }
   return b.data.get();

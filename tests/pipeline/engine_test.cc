@@ -120,6 +120,22 @@ class EngineTest : public ::testing::Test {
     o.max_context = 64;
     return o;
   }
+
+  // The prompt's prefill with every expert cacheable (preset max) and the given lookahead
+  // distances; the engine stays open for the caller's questions.
+  void PrefillWithLookahead(int decode_distance, int prefill_distance,
+                            std::unique_ptr<Engine>* engine, StepMetrics* m) const {
+    EngineOptions o = Options();
+    o.memory.preset = "max";
+    o.prefetch_distance = decode_distance;
+    o.prefill_prefetch_distance = prefill_distance;
+    auto opened = Engine::Open(o);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    *engine = *std::move(opened);
+    SequenceState state = (*engine)->NewState();
+    std::vector<float> logits;
+    ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, m).ok());
+  }
   static TempDir* dir_;
 };
 TempDir* EngineTest::dir_ = nullptr;
@@ -222,17 +238,10 @@ TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
 TEST_F(EngineTest, PrefillLookaheadReadsEachNeededExpertOnce) {
   uint64_t union_sizes = 0;
   Baseline(ModelDir(), &union_sizes);
-  EngineOptions o = Options();
-  o.memory.preset = "max";
-  o.prefetch_distance = 0;
-  o.prefill_prefetch_distance = 1;
-  auto engine = Engine::Open(o);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  SequenceState state = (*engine)->NewState();
-  std::vector<float> logits;
+  std::unique_ptr<Engine> engine;
   StepMetrics m;
-  ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
-  const uint64_t expert = (*engine)->config().expert_bytes();
+  ASSERT_NO_FATAL_FAILURE(PrefillWithLookahead(0, 1, &engine, &m));
+  const uint64_t expert = engine->config().expert_bytes();
   EXPECT_EQ(m.cache_requests, union_sizes);
   EXPECT_GT(m.prefetch_predicted, 0u);
   EXPECT_GT(m.expert_prefetch_used_bytes, 0u);
@@ -243,21 +252,14 @@ TEST_F(EngineTest, PrefillLookaheadReadsEachNeededExpertOnce) {
 // The figures by distance describe decoding: of the prompt's chunks (4, 4 and 1 tokens) only the
 // single-token one is scored there, at most top-k guesses per MoE layer.
 TEST_F(EngineTest, PromptChunksAreNotScoredAsDecodeLookahead) {
-  EngineOptions o = Options();
-  o.memory.preset = "max";
-  o.prefetch_distance = 1;
-  o.prefill_prefetch_distance = 1;
-  auto engine = Engine::Open(o);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  SequenceState state = (*engine)->NewState();
-  std::vector<float> logits;
+  std::unique_ptr<Engine> engine;
   StepMetrics m;
-  ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, &m).ok());
-  const ModelConfig& c = (*engine)->config();
+  ASSERT_NO_FATAL_FAILURE(PrefillWithLookahead(1, 1, &engine, &m));
+  const ModelConfig& c = engine->config();
   uint64_t one_pass = 0;
   for (int64_t l = 0; l < c.num_layers; ++l)
     one_pass += c.is_dense(l) ? 0 : c.num_experts_per_token;
-  const auto accuracy = (*engine)->prefetch_accuracy();
+  const auto accuracy = engine->prefetch_accuracy();
   ASSERT_EQ(accuracy.size(), 1u);
   EXPECT_GT(accuracy[0].predicted, 0u);
   EXPECT_LE(accuracy[0].predicted, one_pass);
