@@ -10,6 +10,8 @@
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/internal/panel-inl.h"
+#include "kernels/internal/scratch.h"
 #include "kernels/internal/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -116,8 +118,68 @@ void Product(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_
   for (; r < row_end; ++r) rows.template operator()<1>(r);
 }
 
+// Larger batches: the panel product of kernels/internal/panel-inl.h over the full chunks (each
+// weight widened once for all the tokens), then the zero-padded tail chunk.
+void PanelProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
+                  size_t row_end) {
+  const size_t cols = w.cols, full = cols / kLanes * kLanes, tail = cols - full;
+  const size_t blocks = (full + kPanelCols - 1) / kPanelCols;
+  const uint16_t* data = w.data.data();
+  // The full chunks copied in column blocks, token after token within a block: rows of 1024 or
+  // 7168 columns are a multiple of 4 KiB apart, so a tile's tokens read in place all fall into
+  // the same L1 sets (the product at 64 tokens ran at 0.7-0.8x the speed). The copy is a load
+  // and a store per vector against `rows` multiply-adds: about 3 % of a 64-row task.
+  float* xl =
+      internal::ThreadScratch(internal::ScratchSlot::kActivations, blocks * tokens * kPanelCols);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t c0 = b * kPanelCols, n = std::min(kPanelCols, full - c0);
+    for (size_t t = 0; t < tokens; ++t) {
+      std::memcpy(xl + (b * tokens + t) * kPanelCols, x + t * cols + c0, n * sizeof(float));
+    }
+  }
+  const auto decode = [&](size_t r, size_t rows, size_t b, float* HWY_RESTRICT wd) {
+    const DF df;
+    const size_t c0 = b * kPanelCols, n = std::min(kPanelCols, full - c0);
+    for (size_t i = 0; i < rows; ++i) {
+      const uint16_t* row = data + (r + i) * cols + c0;
+      for (size_t c = 0; c < n; c += kLanes) {
+        hn::Store(WidenBf16(row + c), df, wd + i * kPanelCols + c);
+      }
+    }
+    return n / kLanes;
+  };
+  const auto prefetch = [&](size_t r, size_t rows, size_t b) {
+    const size_t c0 = b * kPanelCols, bytes = std::min(kPanelCols, cols - c0) * sizeof(uint16_t);
+    for (size_t i = 0; i < rows; ++i) {
+      const auto* row = reinterpret_cast<const uint8_t*>(data + (r + i) * cols + c0);
+      for (size_t k = 0; k < bytes; k += 64) hwy::Prefetch(row + k);
+    }
+  };
+  const auto x_block = [&](size_t b) {
+    return PanelOperand{xl + b * tokens * kPanelCols, kPanelCols, tokens};
+  };
+  const auto finish = [&](size_t r, size_t rows, float* HWY_RESTRICT acc) {
+    if (tail == 0) return;
+    const DF df;
+    VF wv[kPanelRows];
+    for (size_t i = 0; i < rows; ++i) wv[i] = WidenBf16Tail(data + (r + i) * cols + full, tail);
+    for (size_t t = 0; t < tokens; ++t) {
+      const VF xv = LoadTail(x + t * cols + full, tail);
+      for (size_t i = 0; i < rows; ++i) {
+        float* a = acc + (t * rows + i) * kLanes;
+        hn::Store(hn::MulAdd(wv[i], xv, hn::Load(df, a)), df, a);
+      }
+    }
+  };
+  BandedPanelProduct(blocks, tokens, cols, row_begin, row_end, y, w.rows, decode, prefetch, x_block,
+                     finish);
+}
+
 void MatMulImpl(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
                 size_t row_end) {
+  if (tokens >= kPanelMinTokens && w.cols >= kLanes) {
+    return PanelProduct(w, x, tokens, y, row_begin, row_end);
+  }
   Product(w, x, tokens, y, row_begin, row_end);
 }
 

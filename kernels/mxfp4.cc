@@ -73,6 +73,7 @@ inline size_t LaidOutGroup(size_t tokens, size_t t, size_t g) {
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/internal/panel-inl.h"
 #include "kernels/internal/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -208,11 +209,12 @@ class GroupDecoder {
 
 #endif
 
+// A column block of the layout is a panel block: kPanelCols floats per block and token.
 inline constexpr size_t kPanelGroups = detail::kLayoutBlockGroups;
-inline constexpr size_t kPanelStride = detail::kLayoutBlockCols;  // floats per block and token
+static_assert(kPanelCols == detail::kLayoutBlockCols, "a layout block is a panel block");
 
 // The layout of Mxfp4Activations: each 32-column group reordered to its 16 even then its 16 odd
-// columns, in column blocks of kPanelStride per token.
+// columns, in column blocks of kPanelCols per token.
 void LayOutImpl(const float* HWY_RESTRICT x, size_t tokens, size_t cols, float* HWY_RESTRICT out) {
   const DF df;
   for (size_t t = 0; t < tokens; ++t) {
@@ -263,7 +265,7 @@ HWY_INLINE void ProductBlock(const GroupDecoder& decoder, const uint8_t* HWY_RES
     const float* xg = xb + detail::LaidOutGroup(tokens, t0, g);
     for (size_t t = 0; t < kTokens; ++t) {
       for (size_t j = 0; j < kVecsPerGroup; ++j) {
-        xv[t][j] = hn::Load(df, xg + t * kPanelStride + j * kLanes);
+        xv[t][j] = hn::Load(df, xg + t * kPanelCols + j * kLanes);
       }
     }
     // Sweep the bytes of the row block kPrefetchBlocks ahead (rows are contiguous, so that is
@@ -306,144 +308,43 @@ void Product(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y, siz
   for (; r < row_end; ++r) rows.template operator()<1>(r);
 }
 
-// ---- Panel product (larger batches) ---------------------------------------------------------
-//
-// With many tokens, Product decodes every group once per token block, and the decode (lane
-// permutes and shifts on the same ports as the multiply-adds) takes about a third of the time.
-// So here a panel of kPanelRows rows x kPanelGroups groups is decoded once into a buffer that
-// stays in L1, and tiles of kTileRows x kTileTokens accumulators stream the whole batch over it.
-// Each (row, token) accumulator still visits the row's chunks in order from zero; between column
-// blocks it waits in memory (a store and a reload are exact), so the arithmetic, and every bit
-// of the result, is the canonical one of Product and of the matrix-vector product.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// 24 accumulators, 4 weight vectors and one activation vector of the 32 registers.
-inline constexpr size_t kTileRows = 4;
-inline constexpr size_t kTileTokens = 6;
-#else
-inline constexpr size_t kTileRows = 2;
-inline constexpr size_t kTileTokens = 4;
-#endif
-// Below this many tokens the decode per token block costs less than the panel's round trips.
-inline constexpr size_t kPanelMinTokens = 8;
-
-// Row-major fp32 operands of a panel: `count` rows (or tokens), row i at data + i * stride.
-struct PanelOperand {
-  const float* data;
-  size_t stride;
-  size_t count;
-};
-
-// The tile's kRows x kTokens accumulators wait in memory as one run, (token t, row i) at
-// acc_mem + (t * kRows + i) * kLanes, so they load and store at fixed offsets from one pointer.
-// `chunks` chunks of the weights (row i at wd + i * ldw) against the tokens (token t at
-// xp + t * ldx).
-template <size_t kRows, size_t kTokens>
-HWY_INLINE void PanelTile(const float* HWY_RESTRICT wd, size_t ldw, const float* HWY_RESTRICT xp,
-                          size_t ldx, size_t chunks, bool first, float* HWY_RESTRICT acc_mem) {
-  const DF df;
-  VF acc[kRows][kTokens];
-  for (size_t i = 0; i < kRows; ++i) {
-    for (size_t t = 0; t < kTokens; ++t) {
-      acc[i][t] = first ? hn::Zero(df) : hn::Load(df, acc_mem + (t * kRows + i) * kLanes);
-    }
-  }
-  for (size_t c = 0; c < chunks; ++c) {
-    VF wv[kRows];
-    for (size_t i = 0; i < kRows; ++i) wv[i] = hn::Load(df, wd + i * ldw + c * kLanes);
-    for (size_t t = 0; t < kTokens; ++t) {
-      const VF xv = hn::LoadU(df, xp + t * ldx + c * kLanes);
-      for (size_t i = 0; i < kRows; ++i) acc[i][t] = hn::MulAdd(wv[i], xv, acc[i][t]);
-    }
-  }
-  for (size_t i = 0; i < kRows; ++i) {
-    for (size_t t = 0; t < kTokens; ++t) {
-      hn::Store(acc[i][t], df, acc_mem + (t * kRows + i) * kLanes);
-    }
-  }
-}
-
-// Every tile of one column block: `chunks` chunks of the decoded rows w (at most kTileRows)
-// against every token x, into the accumulators, (token t, row i) at acc + (t * w.count + i) *
-// kLanes; `first` starts them from zero.
-HWY_INLINE void PanelTiles(PanelOperand w, PanelOperand x, size_t chunks, bool first,
-                           float* HWY_RESTRICT acc) {
-  ForEachBlock<kTileRows>(w.count, [&]<size_t kRows>(size_t) {
-    ForEachBlock<kTileTokens>(x.count, [&]<size_t kTokens>(size_t t0) {
-      PanelTile<kRows, kTokens>(w.data, w.stride, x.data + t0 * x.stride, x.stride, chunks, first,
-                                acc + t0 * kRows * kLanes);
-    });
-  });
-}
-
-// y[t * y_stride + i] = the reduced accumulator of (row i, token t).
-HWY_INLINE void StorePanel(const float* HWY_RESTRICT acc, size_t rows, size_t tokens,
-                           float* HWY_RESTRICT y, size_t y_stride) {
-  const DF df;
-  size_t k = 0;  // accumulator k is (token k / rows, row k % rows)
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  for (; k + 16 <= rows * tokens; k += 16) {
-    alignas(64) float sums[16];
-    ReduceSixteen(acc + k * kLanes, sums);
-    for (size_t j = 0; j < 16; ++j) y[(k + j) / rows * y_stride + (k + j) % rows] = sums[j];
-  }
-#endif
-  for (; k < rows * tokens; ++k) {
-    y[k / rows * y_stride + k % rows] = ReduceAcc(hn::Load(df, acc + k * kLanes));
-  }
-}
-
-// A panel of 4 rows x 512 columns is 8 KiB of weights; with a tile's activations (12 KiB) and
-// the panel's accumulators (16 KiB at 64 tokens) it stays in a 48 KiB L1. Wider panels round
-// trip the accumulators less often but spill out of L1; 8 rows or 24 and 32 groups measured no
-// faster.
-inline constexpr size_t kPanelRows = kTileRows;
-
-// Decodes groups [g0, g0 + count) of `rows` rows (row i at packed + i * groups * 16) into wd.
-HWY_INLINE void DecodePanel(const GroupDecoder& decoder, const uint8_t* HWY_RESTRICT packed,
-                            const uint8_t* HWY_RESTRICT scales, size_t groups, size_t rows,
-                            size_t g0, size_t count, float* HWY_RESTRICT wd) {
-  const DF df;
-  for (size_t i = 0; i < rows; ++i) {
-    const uint8_t* row = packed + (i * groups + g0) * 16;
-    // The next column block of this row, so the row streams keep ahead of the decode.
-    for (size_t b = 0; b < kPanelGroups * 16; b += 64) hwy::Prefetch(row + kPanelGroups * 16 + b);
-    for (size_t g = 0; g < count; ++g) {
-      VF v[kVecsPerGroup];
-      decoder.Decode(row + g * 16, scales[i * groups + g0 + g], v);
-      for (size_t j = 0; j < kVecsPerGroup; ++j) {
-        hn::Store(v[j], df, wd + i * kPanelStride + (g * kVecsPerGroup + j) * kLanes);
-      }
-    }
-  }
-}
-
-// One panel of `rows` (<= kPanelRows) rows from row r against every token of the laid-out batch
-// xb, where a tile's activations in a column block are one contiguous run.
-void PanelRows(const Mxfp4Matrix& w, const GroupDecoder& decoder, const float* xb, size_t tokens,
-               float* y, size_t r, size_t rows, float* wd, float* acc) {
-  const size_t groups = w.cols / kMxfp4GroupSize;
-  const uint8_t* packed = w.packed.data() + r * groups * 16;
-  const uint8_t* scales = w.scales.data() + r * groups;
-  for (size_t g0 = 0; g0 < groups; g0 += kPanelGroups) {
-    const size_t count = std::min(kPanelGroups, groups - g0);
-    const float* block = xb + (g0 / kPanelGroups) * tokens * kPanelStride;
-    DecodePanel(decoder, packed, scales, groups, rows, g0, count, wd);
-    PanelTiles({wd, kPanelStride, rows}, {block, kPanelStride, tokens}, count * kVecsPerGroup,
-               g0 == 0, acc);
-  }
-  StorePanel(acc, rows, tokens, y + r, w.rows);
-}
+// ---- Panel product (larger batches, kernels/internal/panel-inl.h) ---------------------------
 
 void PanelProduct(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y, size_t row_begin,
                   size_t row_end) {
-  float* wd =
-      internal::ThreadScratch(internal::ScratchSlot::kDecodedPanel, kPanelRows * kPanelStride);
-  float* acc =
-      internal::ThreadScratch(internal::ScratchSlot::kAccumulators, kPanelRows * tokens * kLanes);
+  const size_t groups = w.cols / kMxfp4GroupSize;
+  const uint8_t* packed = w.packed.data();
+  const uint8_t* scales = w.scales.data();
   const GroupDecoder decoder;
-  for (size_t r = row_begin; r < row_end; r += kPanelRows) {
-    PanelRows(w, decoder, xb, tokens, y, r, std::min(kPanelRows, row_end - r), wd, acc);
-  }
+  const auto decode = [&](size_t r, size_t rows, size_t b, float* HWY_RESTRICT wd) {
+    const DF df;
+    const size_t g0 = b * kPanelGroups, count = std::min(kPanelGroups, groups - g0);
+    for (size_t i = 0; i < rows; ++i) {
+      const uint8_t* row = packed + ((r + i) * groups + g0) * 16;
+      const uint8_t* row_scales = scales + (r + i) * groups + g0;
+      for (size_t g = 0; g < count; ++g) {
+        VF v[kVecsPerGroup];
+        decoder.Decode(row + g * 16, row_scales[g], v);
+        for (size_t j = 0; j < kVecsPerGroup; ++j) {
+          hn::Store(v[j], df, wd + i * kPanelCols + (g * kVecsPerGroup + j) * kLanes);
+        }
+      }
+    }
+    return count * kVecsPerGroup;
+  };
+  // The panel's packed bytes (the scales are 1/16 as many and measured no faster prefetched).
+  const auto prefetch = [&](size_t r, size_t rows, size_t b) {
+    for (size_t i = 0; i < rows; ++i) {
+      const uint8_t* row = packed + ((r + i) * groups + b * kPanelGroups) * 16;
+      for (size_t k = 0; k < kPanelGroups * 16; k += 64) hwy::Prefetch(row + k);
+    }
+  };
+  // Block b of the layout holds every token's columns [512 b, 512 b + 512), token after token.
+  const auto x_block = [&](size_t b) {
+    return PanelOperand{xb + b * tokens * kPanelCols, kPanelCols, tokens};
+  };
+  BandedPanelProduct(detail::LayoutBlocks(w.cols), tokens, w.cols, row_begin, row_end, y, w.rows,
+                     decode, prefetch, x_block, [](size_t, size_t, float*) {});
 }
 
 // xb: the batch laid out by LayOutImpl.

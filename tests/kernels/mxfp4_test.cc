@@ -327,6 +327,28 @@ TEST_P(Mxfp4, MatMulMatchesScalarAndMatVecBitExactly) {
   }
 }
 
+// A large batch splits the rows into bands of panels whose accumulators fit the band memory
+// (at 1100 tokens, 12 rows with AVX-512): here several bands, a short last band ending in a partial
+// panel, and column blocks ending in a partial one, each bit for bit the matrix-vector product.
+TEST_P(Mxfp4, BandsOfALargeBatchGiveTheMatVecBits) {
+  const size_t rows = 45, cols = 544, tokens = 1100;
+  const RandomMatrix m = MakeMatrix(rows, cols, 41);
+  const std::vector<float> x = RandomFloats(tokens * cols, 42);
+  for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, rows}, {5, 38}}) {
+    std::vector<float> got(tokens * rows, 777.0f);
+    Mxfp4MatMul(m.view(), x, tokens, got, begin, end);
+    for (size_t t = 0; t < tokens; ++t) {
+      std::vector<float> single(rows, 777.0f);
+      Mxfp4MatVec(m.view(), std::span(x).subspan(t * cols, cols), single, begin, end);
+      for (size_t r = 0; r < rows; ++r) {
+        ASSERT_TRUE(SameBits(got[t * rows + r], single[r]))
+            << "t " << t << " r " << r << " range [" << begin << ", " << end
+            << "): " << got[t * rows + r] << " vs matvec " << single[r];
+      }
+    }
+  }
+}
+
 // Splitting the rows into ranges (as threads would) or running on two threads at once gives
 // the same bits as one call over all rows, and repeated calls agree.
 TEST_P(Mxfp4, ResultsDoNotDependOnRowSplitOrThreads) {
