@@ -155,24 +155,24 @@ void PanelProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y, 
       for (size_t k = 0; k < bytes; k += 64) hwy::Prefetch(row + k);
     }
   };
-  const auto x_block = [&](size_t b) {
-    return PanelOperand{xl + b * tokens * kPanelCols, kPanelCols, tokens};
+  const auto x_block = [&](size_t b, size_t t0, size_t count) {
+    return PanelOperand{xl + (b * tokens + t0) * kPanelCols, kPanelCols, count};
   };
-  const auto finish = [&](size_t r, size_t rows, float* HWY_RESTRICT acc) {
+  const auto finish = [&](size_t r, size_t rows, size_t t0, size_t count, float* HWY_RESTRICT acc) {
     if (tail == 0) return;
     const DF df;
     VF wv[kPanelRows];
     for (size_t i = 0; i < rows; ++i) wv[i] = WidenBf16Tail(data + (r + i) * cols + full, tail);
-    for (size_t t = 0; t < tokens; ++t) {
-      const VF xv = LoadTail(x + t * cols + full, tail);
+    for (size_t t = 0; t < count; ++t) {
+      const VF xv = LoadTail(x + (t0 + t) * cols + full, tail);
       for (size_t i = 0; i < rows; ++i) {
         float* a = acc + (t * rows + i) * kLanes;
         hn::Store(hn::MulAdd(wv[i], xv, hn::Load(df, a)), df, a);
       }
     }
   };
-  BandedPanelProduct(blocks, tokens, cols, row_begin, row_end, y, w.rows, decode, prefetch, x_block,
-                     finish);
+  GroupedPanelProduct(blocks, tokens, cols, row_begin, row_end, y, w.rows, decode, prefetch,
+                      x_block, finish);
 }
 
 void MatMulImpl(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,

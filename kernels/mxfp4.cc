@@ -340,11 +340,11 @@ void PanelProduct(const Mxfp4Matrix& w, const float* xb, size_t tokens, float* y
     }
   };
   // Block b of the layout holds every token's columns [512 b, 512 b + 512), token after token.
-  const auto x_block = [&](size_t b) {
-    return PanelOperand{xb + b * tokens * kPanelCols, kPanelCols, tokens};
+  const auto x_block = [&](size_t b, size_t t0, size_t count) {
+    return PanelOperand{xb + (b * tokens + t0) * kPanelCols, kPanelCols, count};
   };
-  BandedPanelProduct(detail::LayoutBlocks(w.cols), tokens, w.cols, row_begin, row_end, y, w.rows,
-                     decode, prefetch, x_block, [](size_t, size_t, float*) {});
+  GroupedPanelProduct(detail::LayoutBlocks(w.cols), tokens, w.cols, row_begin, row_end, y, w.rows,
+                      decode, prefetch, x_block, [](size_t, size_t, size_t, size_t, float*) {});
 }
 
 // xb: the batch laid out by LayOutImpl.

@@ -4,8 +4,7 @@
 // products do) costs a lane permute or widening per chunk on the ports the multiply-adds need.
 // So a panel of kPanelRows rows x kPanelCols columns is decoded once into fp32 in a buffer that
 // stays in L1, and tiles of kTileRows x kTileTokens accumulators stream every token over it.
-// Rows go in bands; a band meets one column block of the batch at a time, every panel of it in
-// turn, so that block's activations come from L2 for all the band's rows.
+// A batch too large for L2 goes in groups of tokens that fit, each group through all the rows.
 //
 // Each (row, token) accumulator still visits the row's chunks in order from zero; between
 // column blocks it waits in memory (a store and a reload are exact), and StorePanel reduces it
@@ -50,16 +49,11 @@ inline constexpr size_t kPanelRows = kTileRows;
 inline constexpr size_t kPanelCols = 512;
 inline constexpr size_t kPanelChunks = kPanelCols / kLanes;
 
-// When the batch's activations fit in this much memory, L2 keeps them for every panel anyway, and
-// the panels go one at a time (a band of one), their accumulators in L1. Larger batches go in
-// bands whose accumulators fit in kBandAccumulatorBytes, so L2 holds them with one column block
-// of the batch, and of at most kMaxBandPanels panels, since a band reads its rows' weights as
-// that many interleaved streams. In the kernel benchmark (3072 x 3584), bands ran at 0.7-0.95x
-// the speed of single panels at 40 and 64 tokens, and single panels at 0.45-0.5x the speed of
-// bands at 256 tokens (2.8 MB of activations).
-inline constexpr size_t kSinglePanelBatchBytes = 1024 * 1024;
-inline constexpr size_t kBandAccumulatorBytes = 1024 * 1024;
-inline constexpr size_t kMaxBandPanels = 16;
+// Each panel streams every token of its group over itself, so the group's activations must stay
+// in L2 (2 MiB here) with the weights passing through: a batch whose activations take more than
+// this goes in groups of tokens that fit, and the rows are decoded once per group. At 256 tokens
+// of 3584 columns (3.5 MiB), one group ran at 0.4x the speed of groups of 72.
+inline constexpr size_t kTokenGroupBytes = 1024 * 1024;
 
 // Row-major fp32 operands of a panel: `count` rows (or tokens), row i at data + i * stride.
 struct PanelOperand {
@@ -136,54 +130,50 @@ HWY_INLINE void StorePanel(const float* HWY_RESTRICT acc, size_t rows, size_t to
   for (; k < rows * tokens; ++k) put(ReduceAcc(hn::Load(df, acc + k * kLanes)));
 }
 
-// Rows per band for a batch of `tokens` x `cols`: a multiple of kPanelRows, at least one panel.
-HWY_INLINE size_t BandRows(size_t tokens, size_t cols) {
-  if (tokens * cols * sizeof(float) <= kSinglePanelBatchBytes) return kPanelRows;
-  const size_t panels = kBandAccumulatorBytes / (kPanelRows * tokens * kLanes * sizeof(float));
-  return std::clamp<size_t>(panels, 1, kMaxBandPanels) * kPanelRows;
+// Tokens per group for a batch of `tokens` x `cols`: all of them if they fit in
+// kTokenGroupBytes, else as many as fit, in whole tiles.
+HWY_INLINE size_t GroupTokens(size_t tokens, size_t cols) {
+  const size_t fit = kTokenGroupBytes / (cols * sizeof(float));
+  if (tokens <= fit) return tokens;
+  return std::max(kTileTokens, fit / kTileTokens * kTileTokens);
 }
 
 // Y[t, r] (at y + t * y_stride + r) for r in [row_begin, row_end) and `tokens` tokens of `cols`
-// columns, over `blocks` >= 1 column blocks of the weights. The weights' side comes as callbacks:
-//   decode(r, rows, b, wd): block b of rows [r, r + rows) in fp32, row i at wd + i * kPanelCols;
-//                           returns its number of chunks (kPanelChunks but for a short last block)
-//   prefetch(r, rows, b):   asks for the bytes of that panel, the one decoded next
-//   x_block(b):             the tokens' activations in block b
-//   finish(r, rows, acc):   anything after the last block, before the reduction (a tail chunk)
-// The accumulators of the panel at row r of a band from r0 are at acc + (r - r0) * tokens * kLanes.
+// columns, over `blocks` >= 1 column blocks of the weights. The operands come as callbacks:
+//   decode(r, rows, b, wd):  block b of rows [r, r + rows) in fp32, row i at wd + i * kPanelCols;
+//                            returns its number of chunks (kPanelChunks but for a short last block)
+//   prefetch(r, rows, b):    asks for the bytes of that panel, the one decoded next
+//   x_block(b, t0, count):   the activations of tokens [t0, t0 + count) in block b
+//   finish(r, rows, t0, count, acc): anything after the last block, before the reduction (a tail
+//                            chunk); (token t0 + t, row r + i) at acc + (t * rows + i) * kLanes
 template <class Decode, class Prefetch, class XBlock, class Finish>
-void BandedPanelProduct(size_t blocks, size_t tokens, size_t cols, size_t row_begin, size_t row_end,
-                        float* y, size_t y_stride, const Decode& decode, const Prefetch& prefetch,
-                        const XBlock& x_block, const Finish& finish) {
-  const size_t band = std::min(BandRows(tokens, cols), row_end - row_begin);
+void GroupedPanelProduct(size_t blocks, size_t tokens, size_t cols, size_t row_begin,
+                         size_t row_end, float* y, size_t y_stride, const Decode& decode,
+                         const Prefetch& prefetch, const XBlock& x_block, const Finish& finish) {
+  const size_t group = GroupTokens(tokens, cols);
   float* wd =
       internal::ThreadScratch(internal::ScratchSlot::kDecodedPanel, kPanelRows * kPanelCols);
   float* acc =
-      internal::ThreadScratch(internal::ScratchSlot::kAccumulators, band * tokens * kLanes);
-  for (size_t r0 = row_begin; r0 < row_end; r0 += band) {
-    const size_t r1 = std::min(r0 + band, row_end);
-    const auto rows_at = [&](size_t r) { return std::min(kPanelRows, r1 - r); };
-    for (size_t b = 0; b < blocks; ++b) {
-      const PanelOperand x = x_block(b);
-      for (size_t r = r0; r < r1; r += kPanelRows) {
-        // The next panel: the band's next in this block, else its first in the next block, else
-        // the next band's first.
-        if (r + kPanelRows < r1) {
-          prefetch(r + kPanelRows, rows_at(r + kPanelRows), b);
-        } else if (b + 1 < blocks) {
-          prefetch(r0, rows_at(r0), b + 1);
-        } else if (r1 < row_end) {
-          prefetch(r1, std::min(kPanelRows, row_end - r1), 0);
+      internal::ThreadScratch(internal::ScratchSlot::kAccumulators, kPanelRows * group * kLanes);
+  const auto rows_at = [&](size_t r) { return std::min(kPanelRows, row_end - r); };
+  for (size_t t0 = 0; t0 < tokens; t0 += group) {
+    const size_t count = std::min(group, tokens - t0);
+    for (size_t r = row_begin; r < row_end; r += kPanelRows) {
+      for (size_t b = 0; b < blocks; ++b) {
+        // The next panel: this one's next block, else the next rows' first (in this group or,
+        // after the last rows, the next group).
+        if (b + 1 < blocks) {
+          prefetch(r, rows_at(r), b + 1);
+        } else if (r + kPanelRows < row_end) {
+          prefetch(r + kPanelRows, rows_at(r + kPanelRows), 0);
+        } else if (t0 + group < tokens) {
+          prefetch(row_begin, rows_at(row_begin), 0);
         }
         const size_t chunks = decode(r, rows_at(r), b, wd);
-        PanelTiles({wd, kPanelCols, rows_at(r)}, x, chunks, b == 0,
-                   acc + (r - r0) * tokens * kLanes);
+        PanelTiles({wd, kPanelCols, rows_at(r)}, x_block(b, t0, count), chunks, b == 0, acc);
       }
-    }
-    for (size_t r = r0; r < r1; r += kPanelRows) {
-      float* panel_acc = acc + (r - r0) * tokens * kLanes;
-      finish(r, rows_at(r), panel_acc);
-      StorePanel(panel_acc, rows_at(r), tokens, y + r, y_stride);
+      finish(r, rows_at(r), t0, count, acc);
+      StorePanel(acc, rows_at(r), count, y + t0 * y_stride + r, y_stride);
     }
   }
 }

@@ -132,10 +132,10 @@ TEST_P(Bf16, ResultsDoNotDependOnRowSplitOrThreads) {
   }
 }
 
-// A large batch splits the rows into bands (at 1100 tokens, 12 rows with AVX-512): several bands, a
-// short last band ending in a partial panel, and a tail chunk, each bit for bit the matrix-vector
-// product.
-TEST_P(Bf16, BandsOfALargeBatchGiveTheMatVecBits) {
+// A batch whose activations pass 1 MiB goes in groups of tokens (with AVX-512, four of 246 and
+// one of 116), each through all the rows: with a partial last panel and a tail chunk, every result
+// is bit for bit the matrix-vector product's.
+TEST_P(Bf16, TokenGroupsOfALargeBatchGiveTheMatVecBits) {
   const size_t rows = 45, cols = 1045, tokens = 1100;
   const std::vector<uint16_t> w = RandomBf16(rows * cols, 95);
   const Bf16Matrix m{w, rows, cols};

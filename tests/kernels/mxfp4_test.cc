@@ -327,10 +327,10 @@ TEST_P(Mxfp4, MatMulMatchesScalarAndMatVecBitExactly) {
   }
 }
 
-// A large batch splits the rows into bands of panels whose accumulators fit the band memory
-// (at 1100 tokens, 12 rows with AVX-512): here several bands, a short last band ending in a partial
-// panel, and column blocks ending in a partial one, each bit for bit the matrix-vector product.
-TEST_P(Mxfp4, BandsOfALargeBatchGiveTheMatVecBits) {
+// A batch whose activations pass 1 MiB goes in groups of tokens (480, 480 and 140), each
+// through all the rows: with a partial last panel and a partial last column block, every result
+// is bit for bit the matrix-vector product's.
+TEST_P(Mxfp4, TokenGroupsOfALargeBatchGiveTheMatVecBits) {
   const size_t rows = 45, cols = 544, tokens = 1100;
   const RandomMatrix m = MakeMatrix(rows, cols, 41);
   const std::vector<float> x = RandomFloats(tokens * cols, 42);
