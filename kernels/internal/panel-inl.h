@@ -47,7 +47,6 @@ inline constexpr size_t kPanelMinTokens = 8;
 // but spill out of L1; 8 rows or 768 and 1024 columns measured no faster.
 inline constexpr size_t kPanelRows = kTileRows;
 inline constexpr size_t kPanelCols = 512;
-inline constexpr size_t kPanelChunks = kPanelCols / kLanes;
 
 // Each panel streams every token of its group over itself, so the group's activations must stay
 // in L2 (2 MiB here) with the weights passing through: a batch whose activations take more than
@@ -141,7 +140,8 @@ HWY_INLINE size_t GroupTokens(size_t tokens, size_t cols) {
 // Y[t, r] (at y + t * y_stride + r) for r in [row_begin, row_end) and `tokens` tokens of `cols`
 // columns, over `blocks` >= 1 column blocks of the weights. The operands come as callbacks:
 //   decode(r, rows, b, wd):  block b of rows [r, r + rows) in fp32, row i at wd + i * kPanelCols;
-//                            returns its number of chunks (kPanelChunks but for a short last block)
+//                            returns its number of chunks (kPanelCols / kLanes but for a short
+//                            last block)
 //   prefetch(r, rows, b):    asks for the bytes of that panel, the one decoded next
 //   x_block(b, t0, count):   the activations of tokens [t0, t0 + count) in block b
 //   finish(r, rows, t0, count, acc): anything after the last block, before the reduction (a tail
