@@ -33,6 +33,10 @@ ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
 ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
 ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
 ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
+ABSL_FLAG(double, ring_piece_mb, 0,
+          "Trunk ring: MB of a piece, the most of one matrix's rows read and multiplied at once "
+          "where the trunk streams (0 = 32 MiB, or less for smaller matrices).");
+ABSL_FLAG(int32_t, ring_slots, 0, "Trunk ring: pieces in memory at once, >= 2 (0 = 4).");
 ABSL_FLAG(std::string, cache_policy, "",
           "Expert cache replacement policy (default: layer-reuse; see k3 cache-sim --help).");
 ABSL_FLAG(bool, no_overlap, false,
@@ -46,7 +50,8 @@ const std::vector<std::string_view>& EngineFlagNames() {
       "model",          "ram-gb",          "preset",        "trunk-gb",
       "cache-gb",       "trunk",           "queue-depth",   "prefetch-distance",
       "prefetch-width", "threads",         "prefill-chunk", "max-context",
-      "cache-policy",   "storage-profile", "no-overlap",    "prefill-prefetch-distance"};
+      "cache-policy",   "storage-profile", "no-overlap",    "prefill-prefetch-distance",
+      "ring-piece-mb",  "ring-slots"};
   return kNames;
 }
 
@@ -137,6 +142,15 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
   o.max_context = absl::GetFlag(FLAGS_max_context);
   if (o.max_context < 1) return absl::InvalidArgumentError("--max-context must be >= 1");
+  const double piece_mb = absl::GetFlag(FLAGS_ring_piece_mb);
+  if (piece_mb < 0 || piece_mb > 4096) {
+    return absl::InvalidArgumentError("--ring-piece-mb must be in 0..4096");
+  }
+  o.ring_piece_bytes = static_cast<uint64_t>(piece_mb * (1 << 20));
+  o.ring_slots = absl::GetFlag(FLAGS_ring_slots);
+  if (o.ring_slots != 0 && (o.ring_slots < 2 || o.ring_slots > 64)) {
+    return absl::InvalidArgumentError("--ring-slots must be 0 (the default) or in 2..64");
+  }
   o.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   if (!o.cache_policy.empty()) {
     const auto& names = PolicyNames();

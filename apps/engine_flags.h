@@ -20,6 +20,8 @@ ABSL_DECLARE_FLAG(int32_t, prefill_prefetch_distance);
 ABSL_DECLARE_FLAG(int32_t, threads);
 ABSL_DECLARE_FLAG(int32_t, prefill_chunk);
 ABSL_DECLARE_FLAG(int32_t, max_context);
+ABSL_DECLARE_FLAG(double, ring_piece_mb);
+ABSL_DECLARE_FLAG(int32_t, ring_slots);
 ABSL_DECLARE_FLAG(std::string, cache_policy);
 ABSL_DECLARE_FLAG(bool, no_overlap);
 

@@ -21,6 +21,7 @@ void StepMetrics::Add(const StepMetrics& o) {
   expert_prefetch_used_bytes += o.expert_prefetch_used_bytes;
   expert_prefetch_wasted_bytes += o.expert_prefetch_wasted_bytes;
   trunk_bytes += o.trunk_bytes;
+  trunk_pieces_out_of_order += o.trunk_pieces_out_of_order;
   experts_demand_read += o.experts_demand_read;
   cache_requests += o.cache_requests;
   cache_hits += o.cache_hits;
@@ -52,6 +53,7 @@ nlohmann::json StepMetrics::ToJson() const {
             {"expert_prefetch_used", expert_prefetch_used_bytes},
             {"expert_prefetch_wasted", expert_prefetch_wasted_bytes},
             {"trunk", trunk_bytes}}},
+          {"trunk_pieces_out_of_order", trunk_pieces_out_of_order},
           {"experts_demand_read", experts_demand_read},
           {"time",
            {{"fetch_seconds", fetch_seconds},

@@ -43,6 +43,10 @@ struct EngineOptions {
   std::string cache_policy;  // empty: the default policy
   std::string storage_profile = "direct";
   int prefill_chunk = 64;
+  // The trunk ring (docs/MEMORY.md): the size of a piece and the number of slots; 0 = the
+  // defaults (kDefaultPieceBytes, kDefaultRingSlots).
+  uint64_t ring_piece_bytes = 0;
+  int ring_slots = 0;
   bool direct_io = true;       // O_DIRECT (false only for tests on file systems that refuse it)
   bool show_progress = false;  // progress bar for the first trunk load
   std::shared_ptr<io::FaultPlan> faults;  // tests: faults injected into every read
@@ -58,6 +62,8 @@ struct StepMetrics {
   uint64_t expert_prefetch_used_bytes = 0;    // prefetched, then demanded
   uint64_t expert_prefetch_wasted_bytes = 0;  // prefetched, evicted or dropped unused
   uint64_t trunk_bytes = 0;
+  // Trunk pieces asked for before the ring had read them ahead (0 in a healthy run).
+  uint64_t trunk_pieces_out_of_order = 0;
   uint64_t experts_demand_read = 0;  // expert reads issued by demand
   uint64_t cache_requests = 0;       // demanded experts
   uint64_t cache_hits = 0;           // already resident (prefetched or cached)

@@ -510,7 +510,10 @@ void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x,
   for (int d = 1; d <= distance; ++d) {
     const int64_t target = layer + d;
     if (target >= c.num_layers) break;
-    if (!c.is_dense(target)) Predict(target, d, x, tokens);
+    // A router that is not resident (it streams with its layer) cannot look ahead.
+    if (!c.is_dense(target) && !trunk_.layers[target].moe.router.streamed()) {
+      Predict(target, d, x, tokens);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   metrics_.lookahead_seconds += Since(t0);

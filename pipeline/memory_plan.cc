@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/progress.h"
@@ -20,8 +21,9 @@ struct Preset {
   const char* name;
   double fraction;  // of the whole model; < 0: special (ultra, max, auto)
 };
+// laptop: 8 GB of peak RSS for Kimi K3, the budget plus the fixed overhead (docs/MEMORY.md).
 constexpr Preset kPresets[] = {{"ultra", -1},
-                               {"laptop", 16 / 1560.0},
+                               {"laptop", 7.8 / 1560.0},
                                {"desktop", 64 / 1560.0},
                                {"workstation", 192 / 1560.0},
                                {"server", 512 / 1560.0},
@@ -38,55 +40,55 @@ uint64_t ResidentBytes(const TensorInfo& t, TensorRole role) {
 
 std::string Gb(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
 
-// Pins layers 0..k-1 for the largest k whose pinned bytes plus a ring for the rest fit `room`.
-// Returns the bytes used.
-uint64_t PinLayers(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
-  const size_t layers = f.layer_bytes.size();
-  for (size_t k = layers + 1; k-- > 0;) {
-    uint64_t pinned = 0, largest_streamed = 0;
-    for (size_t l = 0; l < layers; ++l) {
-      if (l < k) {
-        pinned += f.layer_bytes[l];
-      } else {
-        largest_streamed = std::max(largest_streamed, f.layer_bytes[l]);
-      }
-    }
-    const int ring = k < layers ? 2 : 0;
-    const uint64_t slot = io::AlignUp(largest_streamed);
-    if (pinned + ring * slot > room) continue;
-    plan.pinned.assign(layers, false);
-    for (size_t l = 0; l < k; ++l) plan.pinned[l] = true;
-    plan.pinned_trunk_bytes = pinned;
-    plan.ring_slots = ring;
-    plan.ring_slot_bytes = ring > 0 ? slot : 0;
-    return pinned + ring * slot;
-  }
-  return UINT64_MAX;  // not even a ring fits (the caller checked the minimum)
-}
-
-uint64_t FixedBytes(const ModelFootprint& f) {
-  return f.globals_bytes + f.router_bytes + f.state_bytes + f.buffer_bytes;
-}
-
 uint64_t MinimumCache(const ModelFootprint& f) {
   return static_cast<uint64_t>(f.experts_per_token) * f.expert_slot_bytes;
 }
 
-uint64_t RingFor(const ModelFootprint& f) {
-  uint64_t largest = 0;
-  for (uint64_t b : f.layer_bytes) largest = std::max(largest, b);
-  return 2 * io::AlignUp(largest);
+// Always resident, whatever the budget (the expert cache's top-k minimum comes on top).
+uint64_t FixedBytes(const ModelFootprint& f) {
+  return f.vector_bytes + f.state_bytes + f.buffer_bytes;
 }
 
-uint64_t TrunkBytes(const ModelFootprint& f) {
-  uint64_t total = 0;
-  for (uint64_t b : f.layer_bytes) total += b;
-  return total;
+uint64_t WholeTrunk(const ModelFootprint& f) {
+  return f.all_router_bytes() + f.trunk_bytes() + f.lm_head_bytes;
 }
 
-absl::StatusOr<uint64_t> BudgetFor(const ModelFootprint& f, const MemoryRequest& r,
-                                   uint64_t available, uint64_t minimum, uint64_t everything,
-                                   std::string& source) {
+// Places the routers, the layers' matrices and lm_head in `room`: all of them without a ring
+// when they fit; otherwise a ring first, then the routers, then each layer in order and lm_head
+// where it fits. Returns the bytes used; UINT64_MAX when not even the ring fits.
+uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
+  const size_t layers = f.layer_bytes.size();
+  plan.pinned.assign(layers, true);
+  plan.routers_resident = plan.lm_head_resident = true;
+  plan.ring_slots = 0;
+  plan.ring_slot_bytes = 0;
+  plan.router_bytes = f.all_router_bytes();
+  plan.lm_head_bytes = f.lm_head_bytes;
+  plan.pinned_trunk_bytes = f.trunk_bytes();
+  if (WholeTrunk(f) <= room) return WholeTrunk(f);
+  if (f.ring_bytes() > room) return UINT64_MAX;
+  uint64_t used = f.ring_bytes();
+  plan.ring_slots = f.ring_slots;
+  plan.ring_slot_bytes = f.ring_slot_bytes;
+  plan.routers_resident = used + f.all_router_bytes() <= room;
+  plan.router_bytes = plan.routers_resident ? f.all_router_bytes() : 0;
+  used += plan.router_bytes;
+  plan.pinned_trunk_bytes = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    // A pinned layer keeps its own router when the routers are not resident as a whole.
+    const uint64_t cost = f.layer_bytes[l] + (plan.routers_resident ? 0 : f.router_bytes[l]);
+    plan.pinned[l] = used + cost <= room;
+    if (!plan.pinned[l]) continue;
+    used += cost;
+    plan.pinned_trunk_bytes += cost;
+  }
+  plan.lm_head_resident = used + f.lm_head_bytes <= room;
+  plan.lm_head_bytes = plan.lm_head_resident ? f.lm_head_bytes : 0;
+  return used + plan.lm_head_bytes;
+}
+
+absl::StatusOr<uint64_t> BudgetFor(const MemoryRequest& r, uint64_t available, uint64_t minimum,
+                                   uint64_t everything, std::string& source) {
   if (r.ram_gb > 0) {
     source = absl::StrFormat("--ram-gb %g", r.ram_gb);
     return static_cast<uint64_t>(r.ram_gb * kGB);
@@ -106,30 +108,81 @@ absl::StatusOr<uint64_t> BudgetFor(const ModelFootprint& f, const MemoryRequest&
   }
   std::string names;
   for (const Preset& p : kPresets) absl::StrAppend(&names, names.empty() ? "" : " ", p.name);
-  (void)f;
   return absl::InvalidArgumentError(
       absl::StrCat("--preset ", preset, ": unknown memory preset (one of: ", names, ")"));
 }
 
+// The stored bytes of a matrix's widest piece: `piece_bytes` of whole rows, at least one row;
+// the whole matrix when it is used row by row.
+uint64_t LargestPiece(const TensorInfo& t, uint64_t piece_bytes, bool whole) {
+  if (whole) return t.byte_size;
+  const uint64_t row = t.byte_size / static_cast<uint64_t>(t.shape[0]);
+  return std::min(t.byte_size, std::max(row, piece_bytes / row * row));
+}
+
 }  // namespace
 
-ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context,
-                                int64_t prefill_chunk) {
+uint64_t ModelFootprint::all_router_bytes() const {
+  uint64_t n = 0;
+  for (uint64_t b : router_bytes) n += b;
+  return n;
+}
+
+uint64_t ModelFootprint::trunk_bytes() const {
+  uint64_t n = 0;
+  for (uint64_t b : layer_bytes) n += b;
+  return n;
+}
+
+ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,
+                                const RingOptions& ring) {
   const ModelConfig& c = ckpt.config();
   ModelFootprint f;
   f.layer_bytes.assign(c.num_layers, 0);
+  f.router_bytes.assign(c.num_layers, 0);
+  absl::flat_hash_set<std::string> whole;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
+      if (m.whole) whole.insert(m.name);
+    }
+  }
+  // The pieces: the default size, or less when no matrix is that large.
+  std::vector<std::pair<const TensorInfo*, bool>> matrices;  // streamable, whole
+  uint64_t largest_matrix = 0;
+  bool widened = false;
   for (const TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) {
     const TensorInfo* t = ckpt.Find(spec.name);
     if (t == nullptr) continue;  // Checkpoint::Open has refused checkpoints missing tensors
     const uint64_t bytes = ResidentBytes(*t, spec.role);
-    if (spec.layer < 0) {
-      f.globals_bytes += bytes;
-    } else if (spec.group == TensorGroup::kRouter) {
-      f.router_bytes += bytes;
+    if (spec.role == TensorRole::kVector) {
+      f.vector_bytes += bytes;
+    } else if (spec.group == TensorGroup::kEmbedding) {
+      f.embedding_bytes += bytes;
     } else {
-      f.layer_bytes[spec.layer] += bytes;
+      if (spec.group == TensorGroup::kLmHead) {
+        f.lm_head_bytes += bytes;
+      } else if (spec.group == TensorGroup::kRouter) {
+        f.router_bytes[spec.layer] += bytes;
+      } else {
+        f.layer_bytes[spec.layer] += bytes;
+      }
+      matrices.emplace_back(t, whole.contains(spec.name));
+      largest_matrix = std::max(largest_matrix, t->byte_size);
+      widened |= t->dtype == DType::kF16;
     }
   }
+  f.piece_bytes = ring.piece_bytes > 0 ? ring.piece_bytes
+                                       : std::min(kDefaultPieceBytes, io::AlignUp(largest_matrix));
+  uint64_t largest_piece = 0;
+  for (const auto& [t, is_whole] : matrices) {
+    largest_piece = std::max(largest_piece, LargestPiece(*t, f.piece_bytes, is_whole));
+  }
+  // An aligned read of a piece starts up to one block before it; F16 pieces are widened to fp32
+  // beside the slot.
+  f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
+  if (widened) f.ring_slot_bytes += 2 * largest_piece;
+  f.ring_slots = ring.slots > 0 ? std::max(2, ring.slots) : kDefaultRingSlots;
+
   const int64_t moe_layers = c.num_layers - std::min(c.num_layers, c.first_k_dense_replace);
   f.expert_slot_bytes = io::AlignUp(static_cast<uint64_t>(c.expert_bytes())) + io::kDirectAlignment;
   f.all_experts_bytes = f.expert_slot_bytes * static_cast<uint64_t>(moe_layers * c.num_experts);
@@ -146,7 +199,8 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context,
   }
   f.state_bytes = state;
   // Activations of one chunk (the widest per-token intermediates, a few of each alive at once),
-  // the logits, and 8 MiB of I/O bookkeeping and small allocations.
+  // the logits, the embedding rows read on demand, and 8 MiB of I/O bookkeeping and small
+  // allocations.
   const uint64_t widest = std::max<uint64_t>(
       {static_cast<uint64_t>(c.hidden_size), static_cast<uint64_t>(c.kda_width()),
        static_cast<uint64_t>(c.intermediate_size), static_cast<uint64_t>(c.shared_width()),
@@ -155,7 +209,10 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context,
                                   static_cast<uint64_t>(c.num_experts_per_token) *
                                       (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
                                   static_cast<uint64_t>(c.num_experts));
-  f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size + (8u << 20);
+  const uint64_t embedding_row = f.embedding_bytes / std::max<int64_t>(1, c.vocab_size);
+  f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size +
+                   kEmbeddingRowsPerRead * (io::AlignUp(embedding_row) + io::kDirectAlignment) +
+                   (8u << 20);
   return f;
 }
 
@@ -173,24 +230,41 @@ int64_t MemoryPlan::streamed_layers() const {
 }
 
 uint64_t MemoryPlan::planned_bytes() const {
-  return globals_bytes + router_bytes + state_bytes + buffer_bytes + pinned_trunk_bytes +
-         ring_slots * ring_slot_bytes + cache_bytes;
+  return vector_bytes + state_bytes + buffer_bytes + embedding_bytes + lm_head_bytes +
+         router_bytes + pinned_trunk_bytes + ring_slots * ring_slot_bytes + cache_bytes;
+}
+
+TrunkResidency MemoryPlan::residency() const {
+  TrunkResidency r;
+  r.layers = pinned;
+  r.routers = routers_resident;
+  r.lm_head = lm_head_resident;
+  r.embedding = embedding_resident;
+  return r;
 }
 
 std::string MemoryPlan::Describe() const {
   std::string s =
       absl::StrFormat("memory plan (%s): budget %s, minimum %s, whole model %s\n", source,
                       Gb(budget_bytes), Gb(minimum_bytes), Gb(everything_bytes));
-  absl::StrAppendFormat(&s, "  embedding + lm_head  %10s\n", Gb(globals_bytes));
-  absl::StrAppendFormat(&s, "  routers              %10s\n", Gb(router_bytes));
-  absl::StrAppendFormat(&s, "  trunk pinned         %10s  (%d of %d layers)\n",
-                        Gb(pinned_trunk_bytes), pinned.size() - streamed_layers(), pinned.size());
-  absl::StrAppendFormat(&s, "  trunk ring           %10s  (%d slots, %d layers streamed)\n",
-                        Gb(ring_slots * ring_slot_bytes), ring_slots, streamed_layers());
-  absl::StrAppendFormat(&s, "  expert cache         %10s  (%d experts)\n", Gb(cache_bytes),
-                        cache_slots);
-  absl::StrAppendFormat(&s, "  sequence state       %10s\n", Gb(state_bytes));
-  absl::StrAppendFormat(&s, "  buffers              %10s\n", Gb(buffer_bytes));
+  auto line = [&s](const char* part, const std::string& bytes, const std::string& note) {
+    absl::StrAppendFormat(&s, "  %-20s %10s  %s\n", part, bytes, note);
+  };
+  line("embedding", Gb(embedding_bytes),
+       embedding_resident ? "(resident)" : "(rows read on demand)");
+  line("lm_head", Gb(lm_head_bytes), lm_head_resident ? "(resident)" : "(streamed)");
+  line("routers", Gb(router_bytes),
+       routers_resident ? "(resident: lookahead on)" : "(with their layers: no lookahead there)");
+  line("trunk pinned", Gb(pinned_trunk_bytes),
+       absl::StrFormat("(%d of %d layers)", pinned.size() - streamed_layers(), pinned.size()));
+  line("trunk ring", Gb(ring_slots * ring_slot_bytes),
+       ring_slots > 0 ? absl::StrFormat("(%d slots for pieces of %s, %d layers streamed)",
+                                        ring_slots, Gb(piece_bytes), streamed_layers())
+                      : std::string("(nothing streams)"));
+  line("expert cache", Gb(cache_bytes), absl::StrFormat("(%d experts)", cache_slots));
+  line("norms and vectors", Gb(vector_bytes), "");
+  line("sequence state", Gb(state_bytes), "");
+  line("buffers", Gb(buffer_bytes), "");
   return s;
 }
 
@@ -205,23 +279,24 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
     return absl::InvalidArgumentError("--trunk-gb and --cache-gb go together");
   }
   MemoryPlan plan;
-  plan.globals_bytes = f.globals_bytes;
-  plan.router_bytes = f.router_bytes;
+  plan.vector_bytes = f.vector_bytes;
   plan.state_bytes = f.state_bytes;
   plan.buffer_bytes = f.buffer_bytes;
+  plan.piece_bytes = f.piece_bytes;
   const uint64_t fixed = FixedBytes(f);
-  plan.minimum_bytes = fixed + MinimumCache(f) + RingFor(f);
-  plan.everything_bytes = fixed + TrunkBytes(f) + f.all_experts_bytes;
+  const uint64_t ring_or_all = std::min(f.ring_bytes(), WholeTrunk(f));
+  plan.minimum_bytes = fixed + MinimumCache(f) + ring_or_all;
+  plan.everything_bytes = fixed + WholeTrunk(f) + f.embedding_bytes + f.all_experts_bytes;
   uint64_t trunk_room = 0, cache_room = 0;
   if (split) {
     plan.source = absl::StrFormat("--trunk-gb %g --cache-gb %g", r.trunk_gb, r.cache_gb);
     trunk_room = static_cast<uint64_t>(r.trunk_gb * kGB);
     cache_room = static_cast<uint64_t>(r.cache_gb * kGB);
     plan.budget_bytes = fixed + trunk_room + cache_room;
-    if (trunk_room < RingFor(f) && trunk_room < TrunkBytes(f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--trunk-gb ", r.trunk_gb, ": the trunk needs at least ",
-                       Gb(std::min(RingFor(f), TrunkBytes(f))), " (a ring of two layers)"));
+    if (trunk_room < ring_or_all) {
+      return absl::InvalidArgumentError(absl::StrCat("--trunk-gb ", r.trunk_gb,
+                                                     ": the trunk needs at least ", Gb(ring_or_all),
+                                                     " (its streaming ring)"));
     }
     if (cache_room < MinimumCache(f)) {
       return absl::InvalidArgumentError(
@@ -229,8 +304,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
                        Gb(MinimumCache(f)), " (one layer's ", f.experts_per_token, " experts)"));
     }
   } else {
-    auto budget = BudgetFor(f, r, available_ram_bytes, plan.minimum_bytes, plan.everything_bytes,
-                            plan.source);
+    auto budget =
+        BudgetFor(r, available_ram_bytes, plan.minimum_bytes, plan.everything_bytes, plan.source);
     if (!budget.ok()) return budget.status();
     plan.budget_bytes = *budget;
     if (plan.budget_bytes < plan.minimum_bytes) {
@@ -242,10 +317,13 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
     }
     trunk_room = plan.budget_bytes - fixed - MinimumCache(f);
   }
-  const uint64_t trunk_used = PinLayers(f, trunk_room, plan);
+  const uint64_t trunk_used = PlaceTrunk(f, trunk_room, plan);
   if (trunk_used == UINT64_MAX) return absl::InternalError("memory plan: the trunk does not fit");
   if (!split) cache_room = plan.budget_bytes - fixed - trunk_used;
-  cache_room = std::min(cache_room, f.all_experts_bytes);
+  // The embedding only once every expert is cached: a token reads one row of it.
+  plan.embedding_resident = !split && cache_room >= f.all_experts_bytes + f.embedding_bytes;
+  plan.embedding_bytes = plan.embedding_resident ? f.embedding_bytes : 0;
+  cache_room = std::min(cache_room - plan.embedding_bytes, f.all_experts_bytes);
   plan.cache_slots = static_cast<int64_t>(cache_room / f.expert_slot_bytes);
   plan.cache_bytes = plan.cache_slots * f.expert_slot_bytes;
   return plan;

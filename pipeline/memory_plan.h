@@ -1,13 +1,14 @@
 // The memory planner: splits the RAM budget the user gives (--ram-gb, a preset, or --trunk-gb
-// with --cache-gb) into what must stay resident, the pinned trunk layers, the trunk streaming
-// ring, the expert cache, sequence state and buffers (docs/MEMORY.md has the rule and why).
+// with --cache-gb) into what must stay resident, the routers, the pinned trunk, the trunk
+// streaming ring, the expert cache, sequence state and buffers (docs/MEMORY.md has the rule and
+// why).
 //
-// The rule: fixed parts first (embedding and lm_head, routers, sequence state, buffers), then
-// the smallest expert cache that can run a layer (top-k slots), then trunk layers pinned in
-// layer order while they fit (with a ring of two slots for the layers left to stream), and
-// everything left over goes to the expert cache. RAM goes to the trunk before the cache
-// because a streamed trunk layer is re-read every token, while a cache GB only raises a hit
-// rate that is flat over a wide range of sizes (docs/CACHE.md).
+// The rule: fixed parts first (every layer's vectors, sequence state, buffers, top-k expert
+// slots, and a ring of a few pieces when anything streams), then the routers, then the trunk
+// matrices layer by layer and lm_head, each where it fits, then the expert cache; the embedding
+// is resident only when the whole model is (a token reads one of its rows). RAM goes to the
+// trunk before the cache because a streamed trunk byte is re-read every token, while a cache GB
+// only raises a hit rate that is flat over a wide range of sizes (docs/CACHE.md).
 #pragma once
 
 #include <cstdint>
@@ -16,58 +17,90 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
+#include "core/model/weights.h"
 
 namespace k3 {
 
 // What the user asked for; at most one of ram_gb, preset and (trunk_gb, cache_gb).
 struct MemoryRequest {
-  double ram_gb = 0;    // total budget in GB (1e9 bytes); 0 = not given
-  std::string preset;   // ultra laptop desktop workstation server max auto; "" = not given
-  double trunk_gb = 0;  // explicit split: pinned trunk + ring ...
-  double cache_gb = 0;  // ... and expert cache (both or neither)
+  double ram_gb = 0;        // total budget in GB (1e9 bytes); 0 = not given
+  std::string preset = "";  // ultra laptop desktop workstation server max auto; "" = not given
+  double trunk_gb = 0;      // explicit split: routers + pinned trunk + ring ...
+  double cache_gb = 0;      // ... and expert cache (both or neither)
 };
+
+// The trunk ring: `slots` slots of one piece each. A piece is up to `piece_bytes` of
+// consecutive rows of one matrix (a matrix used row by row is one piece, whatever its size).
+struct RingOptions {
+  uint64_t piece_bytes =
+      0;          // 0: kDefaultPieceBytes, or less for a model whose matrices are smaller
+  int slots = 0;  // 0: kDefaultRingSlots; at least 2
+};
+inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
+inline constexpr int kDefaultRingSlots = 4;
+// Embedding rows read at once when the embedding is not resident (their buffers are planned).
+inline constexpr int kEmbeddingRowsPerRead = 16;
 
 // The memory-relevant sizes of one checkpoint.
 struct ModelFootprint {
-  uint64_t globals_bytes = 0;         // embedding, lm_head, final norm and AttnRes
-  uint64_t router_bytes = 0;          // every MoE layer's router (lookahead needs them all)
-  std::vector<uint64_t> layer_bytes;  // per layer: its trunk tensors but the router, in RAM
-  uint64_t expert_slot_bytes = 0;     // one expert's cache slot (bytes plus alignment)
-  uint64_t all_experts_bytes = 0;     // every routed expert in slots
-  int64_t experts_per_token = 0;      // top-k
-  uint64_t state_bytes = 0;           // sequence state at the planned context length
-  uint64_t buffer_bytes = 0;          // activations, logits, I/O bookkeeping
+  uint64_t embedding_bytes = 0;
+  uint64_t lm_head_bytes = 0;
+  uint64_t vector_bytes = 0;           // every norm and small vector, as fp32 (resident)
+  std::vector<uint64_t> router_bytes;  // per layer (0 for dense layers)
+  std::vector<uint64_t> layer_bytes;   // per layer: its matrices but the router, in RAM
+  uint64_t piece_bytes = 0;            // the ring's piece size in effect
+  uint64_t ring_slot_bytes = 0;        // one ring slot (aligned read of a piece + widening)
+  int ring_slots = 0;
+  uint64_t expert_slot_bytes = 0;  // one expert's cache slot (bytes plus alignment)
+  uint64_t all_experts_bytes = 0;  // every routed expert in slots
+  int64_t experts_per_token = 0;   // top-k
+  uint64_t state_bytes = 0;        // sequence state at the planned context length
+  uint64_t buffer_bytes = 0;       // activations, logits, embedding rows, I/O bookkeeping
+
+  uint64_t all_router_bytes() const;
+  uint64_t trunk_bytes() const;  // every layer's matrices but the routers
+  uint64_t ring_bytes() const { return ring_slot_bytes * ring_slots; }
 };
 
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
-ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk);
+ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,
+                                const RingOptions& ring = {});
 
 struct MemoryPlan {
   std::string source;  // how the budget was chosen, e.g. "--ram-gb 12" or "preset laptop"
   uint64_t budget_bytes = 0;
   uint64_t minimum_bytes = 0;     // the smallest budget this model runs in
   uint64_t everything_bytes = 0;  // the budget that holds the whole model
-  uint64_t globals_bytes = 0;
-  uint64_t router_bytes = 0;
+  uint64_t vector_bytes = 0;
   uint64_t state_bytes = 0;
   uint64_t buffer_bytes = 0;
-  std::vector<bool> pinned;  // per layer: resident (true) or streamed through the ring
+  bool embedding_resident = false;  // else one row per token read on demand
+  uint64_t embedding_bytes = 0;     // resident bytes (0 when on demand)
+  bool lm_head_resident = false;    // else streamed through the ring
+  uint64_t lm_head_bytes = 0;
+  bool routers_resident = false;  // else each layer's router goes with its layer
+  uint64_t router_bytes = 0;
+  std::vector<bool> pinned;  // per layer: matrices resident (true) or streamed through the ring
   uint64_t pinned_trunk_bytes = 0;
-  int ring_slots = 0;  // 0 when every layer is pinned
+  int ring_slots = 0;  // 0 when nothing streams
   uint64_t ring_slot_bytes = 0;
+  uint64_t piece_bytes = 0;
   uint64_t cache_bytes = 0;
   int64_t cache_slots = 0;
 
   int64_t streamed_layers() const;
+  bool streams_anything() const { return ring_slots > 0; }
   uint64_t planned_bytes() const;  // the sum of the parts (never above budget_bytes)
+  // What stays in memory, for LoadTrunkWeights (the caller adds the stream handles).
+  TrunkResidency residency() const;
   // The plan as the lines printed at start.
   std::string Describe() const;
 };
 
 // Names of the presets, smallest first, and the fraction of the whole model each stands for
-// (scaled from the budgets they mean for Kimi K3: laptop 16 GB, desktop 64 GB, workstation
-// 192 GB, server 512 GB of a 1.56 TB model). "ultra" is the minimum, "max" everything, "auto"
-// 70 % of the RAM the machine has available (capped at everything).
+// (scaled from the budgets they mean for Kimi K3: laptop 7.8 GB, for 8 GB of peak RSS with the
+// fixed overhead; desktop 64 GB, workstation 192 GB, server 512 GB of a 1.56 TB model). "ultra"
+// is the minimum, "max" everything, "auto" 70 % of the RAM available (capped at everything).
 const std::vector<std::string>& MemoryPresetNames();
 
 // InvalidArgument (exit 2) for a budget below the minimum (the message states the minimum),

@@ -49,6 +49,10 @@ class StreamingEngine : public Engine {
         {"pinned_trunk_bytes", plan_.pinned_trunk_bytes},
         {"streamed_layers", plan_.streamed_layers()},
         {"ring_slots", plan_.ring_slots},
+        {"ring_piece_bytes", plan_.piece_bytes},
+        {"embedding_resident", plan_.embedding_resident},
+        {"lm_head_resident", plan_.lm_head_resident},
+        {"routers_resident", plan_.routers_resident},
         {"cache_policy", std::string(cache_->policy_name())},
         {"queue_depth", options_.queue_depth},
         {"prefetch_distance", options_.overlap ? options_.prefetch_distance : 0},
@@ -119,6 +123,8 @@ class StreamingEngine : public Engine {
 
 absl::Status StreamingEngine::LoadPinnedTrunk() {
   std::optional<ProgressBar> bar;
+  TrunkResidency residency = plan_.residency();
+  residency.stream = [this](const TensorInfo& t) { return streamer_->Handle(t); };
   auto trunk = LoadTrunkWeights(
       *ckpt_,
       [&](uint64_t done, uint64_t total) {
@@ -127,7 +133,7 @@ absl::Status StreamingEngine::LoadPinnedTrunk() {
         }
         bar->Update(done);
       },
-      &plan_.pinned);
+      residency);
   if (bar) bar->Finish();
   if (!trunk.ok()) return trunk.status();
   trunk_ = *std::move(trunk);
@@ -179,15 +185,22 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
     pack_ = *std::move(pack);
   }
   const ModelFootprint footprint =
-      MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk);
+      MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk,
+                       {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
   auto plan = PlanMemory(footprint, options.memory, AvailableRamBytes());
   if (!plan.ok()) return plan.status();
   plan_ = *std::move(plan);
   threads_ = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
   limit_ =
       std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads_);
-  if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
   if (absl::Status s = OpenReads(footprint); !s.ok()) return s;
+  // The streamer first: the weights hold its handles for what is not resident.
+  auto streamer =
+      TrunkStreamer::Create(*ckpt_, plan_, pack_.get(), *reads_, shard_files_, pack_file_, disk_);
+  if (!streamer.ok()) return streamer.status();
+  streamer_ = *std::move(streamer);
+  if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
+  streamer_->Attach(*trunk_);
   prefetch_width_ = options.prefetch_width > 0 ? options.prefetch_width
                                                : static_cast<int>(config().num_experts_per_token);
   prefetch_cap_ = static_cast<uint64_t>(options.prefetch_cap_fraction * plan_.cache_bytes);
@@ -199,10 +212,6 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
   stream.prefetch_cap_bytes = prefetch_cap_;
   provider_ = std::make_unique<StreamingExpertProvider>(*ckpt_, *trunk_, *cache_, *reads_,
                                                         shard_files_, disk_, stream);
-  auto streamer = TrunkStreamer::Create(*ckpt_, *trunk_, pack_.get(), *reads_, shard_files_,
-                                        pack_file_, std::max(2, plan_.ring_slots), disk_);
-  if (!streamer.ok()) return streamer.status();
-  streamer_ = *std::move(streamer);
   model_ = std::make_unique<Model>(config(), *trunk_, *provider_, *streamer_);
   return absl::OkStatus();
 }

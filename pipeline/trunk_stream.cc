@@ -1,41 +1,94 @@
 #include "pipeline/trunk_stream.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/numeric.h"
 #include "core/tensor_names.h"
 
 namespace k3 {
 namespace {
 
-bool IsRouter(const TensorSpec& spec) { return spec.group == TensorGroup::kRouter; }
+// Rows per piece, where a matrix has that many: a multiple of the row tasks of MatMul, so a
+// piece splits into the same tasks as the whole matrix would.
+constexpr size_t kRowAlignment = 64;
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One stored row (BF16, F16 or F32) widened to fp32.
+void WidenRow(DType dtype, const uint8_t* row, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&out[i], row + 4 * i, 4);
+    } else {
+      const uint16_t bits = static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8));
+      out[i] = dtype == DType::kBF16 ? BF16ToFloat(bits) : HalfToFloat(bits);
+    }
+  }
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
-    const Checkpoint& ckpt, const TrunkWeights& trunk, const TrunkPack* pack,
-    io::ReadEngine& engine, std::vector<io::FileId> shard_files, io::FileId pack_file,
-    int ring_slots, BusyClock& disk) {
-  std::unique_ptr<TrunkStreamer> s(
-      new TrunkStreamer(ckpt, trunk, pack, engine, std::move(shard_files), pack_file, disk));
-  s->plans_.resize(ckpt.config().num_layers);
-  for (int64_t l = 0; l < ckpt.config().num_layers; ++l) {
-    if (!trunk.resident[l]) {
-      s->streamed_.push_back(l);
-      s->plans_[l] = s->PlanFor(l);
-      s->slot_bytes_ = std::max(s->slot_bytes_, s->BytesFor(s->plans_[l].reads));
+    const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
+    std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk) {
+  std::unique_ptr<TrunkStreamer> s(new TrunkStreamer(ckpt, engine, std::move(shard_files), disk));
+  const ModelConfig& c = ckpt.config();
+  const TrunkResidency residency = plan.residency();
+  absl::flat_hash_map<std::string, TensorSpec> specs;
+  for (TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) specs.emplace(spec.name, spec);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
+      auto it = specs.find(m.name);
+      const TensorInfo* t = ckpt.Find(m.name);
+      if (it == specs.end() || t == nullptr || IsResident(residency, it->second)) continue;
+      s->AddPieces(*t, m.whole, plan.piece_bytes, pack, pack_file);
     }
   }
-  if (s->streamed_.empty()) return s;
-  if (ring_slots < 2) return absl::InvalidArgumentError("the trunk ring needs at least 2 slots");
-  auto arena = io::BufferArena::Create(s->slot_bytes_ * ring_slots);
-  if (!arena.ok()) return arena.status();
-  s->arena_ = *std::move(arena);
-  for (int i = 0; i < ring_slots; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->memory = s->arena_->Slice(i * s->slot_bytes_, s->slot_bytes_);
-    s->slots_.push_back(std::move(slot));
+  if (!plan.lm_head_resident) {
+    s->AddPieces(*ckpt.Find(ckpt.names().Global("lm_head.weight")), false, plan.piece_bytes, pack,
+                 pack_file);
   }
+  // Every streamed matrix must have its pieces, or the model would ask for a handle in vain.
+  for (const auto& [name, spec] : specs) {
+    if (spec.role == TensorRole::kVector || spec.group == TensorGroup::kEmbedding) continue;
+    const TensorInfo* t = ckpt.Find(name);
+    if (!IsResident(residency, spec) && !s->by_tensor_.contains(t)) {
+      return absl::InternalError(absl::StrCat("trunk streamer: ", name, " is streamed but not in ",
+                                              "the order of the forward pass"));
+    }
+  }
+  for (const Piece& p : s->pieces_) {
+    s->slot_bytes_ = std::max(s->slot_bytes_, io::BufferBytesFor(p.offset, p.length));
+  }
+  if (!s->pieces_.empty()) {
+    if (plan.ring_slots < 2 || s->slot_bytes_ > plan.ring_slot_bytes) {
+      return absl::InternalError(absl::StrCat("trunk ring: ", plan.ring_slots, " slots of ",
+                                              plan.ring_slot_bytes, " bytes planned for pieces of ",
+                                              s->slot_bytes_));
+    }
+    auto arena = io::BufferArena::Create(s->slot_bytes_ * plan.ring_slots);
+    if (!arena.ok()) return arena.status();
+    s->arena_ = *std::move(arena);
+    for (int i = 0; i < plan.ring_slots; ++i) {
+      auto slot = std::make_unique<Slot>();
+      slot->memory = s->arena_->Slice(i * s->slot_bytes_, s->slot_bytes_);
+      s->slots_.push_back(std::move(slot));
+    }
+  }
+  if (!plan.embedding_resident) {
+    const TensorInfo* embed = ckpt.Find(ckpt.names().Global("model.embed_tokens.weight"));
+    const uint64_t row = embed->byte_size / embed->shape[0];
+    auto rows =
+        io::BufferArena::Create(kEmbeddingRowsPerRead * (io::AlignUp(row) + io::kDirectAlignment));
+    if (!rows.ok()) return rows.status();
+    s->embedding_rows_ = *std::move(rows);
+  }
+  std::lock_guard<std::mutex> lock(s->mu_);
+  s->ScheduleAheadLocked();
   return s;
 }
 
@@ -44,181 +97,257 @@ TrunkStreamer::~TrunkStreamer() {
   changed_.wait(lock, [&] { return reads_in_flight_ == 0; });
 }
 
-// The layer's tensors but the router (resident for lookahead): one read of the pack's run, or
-// one per tensor from the shards, each into its own 4 KiB-aligned stretch of the slot.
-TrunkStreamer::LayerPlan TrunkStreamer::PlanFor(int64_t layer) const {
-  LayerPlan plan;
-  if (pack_ != nullptr) {
-    if (const PackedRun* run = pack_->layer_run(layer); run != nullptr) {
-      plan.reads.push_back({nullptr, run->offset, run->length, 0});
-      for (const PackedTensor& pt : run->tensors) {
-        if (const TensorInfo* t = ckpt_.Find(pt.name); t != nullptr) {
-          plan.packed.push_back({t, pt.offset - run->offset, pt.length});
-        }
-      }
-      return plan;
-    }
+void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_bytes,
+                              const TrunkPack* pack, io::FileId pack_file) {
+  const size_t rows = static_cast<size_t>(t.shape[0]);
+  const uint64_t row_bytes = t.byte_size / rows;
+  size_t per_piece = whole ? rows : std::max<size_t>(1, piece_bytes / row_bytes);
+  if (per_piece >= kRowAlignment && per_piece < rows) per_piece -= per_piece % kRowAlignment;
+  io::FileId file = shard_files_[t.shard];
+  uint64_t base = t.file_offset;
+  if (const PackedTensor* packed = pack != nullptr ? pack->Find(t.name) : nullptr) {
+    file = pack_file;
+    base = packed->offset;
   }
-  uint64_t at = 0;
-  for (const TensorSpec& spec : TrunkTensorSpecs(ckpt_.config(), ckpt_.names())) {
-    if (spec.layer != layer || IsRouter(spec)) continue;
-    const TensorInfo* t = ckpt_.Find(spec.name);
-    plan.reads.push_back({t, t->file_offset, t->byte_size, at});
-    at += io::BufferBytesFor(t->file_offset, t->byte_size);
+  by_tensor_[&t] = {static_cast<int64_t>(pieces_.size()), 0};
+  for (size_t r = 0; r < rows; r += per_piece) {
+    const size_t n = std::min(per_piece, rows - r);
+    pieces_.push_back({&t, file, base + r * row_bytes, n * row_bytes, r, n,
+                       static_cast<size_t>(t.elements() / t.shape[0])});
+    ++by_tensor_[&t].second;
   }
-  return plan;
 }
 
-uint64_t TrunkStreamer::BytesFor(const std::vector<Read>& reads) const {
-  uint64_t total = 0;
-  for (const Read& r : reads) {
-    total = std::max(total, r.slot_offset + io::BufferBytesFor(r.file_offset, r.length));
-  }
-  return total;
+Matrix TrunkStreamer::Handle(const TensorInfo& t) {
+  auto it = by_tensor_.find(&t);
+  if (it == by_tensor_.end()) return {};
+  return {t.dtype == DType::kF16 ? DType::kF32 : t.dtype,
+          nullptr,
+          static_cast<size_t>(t.shape[0]),
+          static_cast<size_t>(t.elements() / t.shape[0]),
+          this,
+          it->second.first,
+          it->second.second};
 }
 
-int64_t TrunkStreamer::NextStreamed(int64_t layer) const {
-  auto it = std::upper_bound(streamed_.begin(), streamed_.end(), layer);
-  return it == streamed_.end() ? streamed_.front() : *it;  // wraps to the next token
-}
-
-void TrunkStreamer::Schedule(int64_t layer) {
-  Slot* free = nullptr;
+TrunkStreamer::Slot* TrunkStreamer::SlotOf(int64_t piece) {
   for (auto& s : slots_) {
-    if (s->layer == layer) return;
-    if (free == nullptr && s->state == SlotState::kFree) free = s.get();
+    if (s->piece == piece) return s.get();
   }
-  if (free == nullptr) return;
-  Slot& slot = *free;
-  slot.layer = layer;
+  return nullptr;
+}
+
+TrunkStreamer::Slot* TrunkStreamer::FreeSlot() {
+  for (auto& s : slots_) {
+    if (s->state == SlotState::kFree) return s.get();
+  }
+  return nullptr;
+}
+
+void TrunkStreamer::StartRead(Slot& slot, int64_t piece) {
+  const Piece& p = pieces_[piece];
+  slot.piece = piece;
   slot.state = SlotState::kLoading;
   slot.status = absl::OkStatus();
-  slot.tensors.clear();
-  slot.built = false;
-  const std::vector<Read>& reads = plans_[layer].reads;
-  slot.reads_left = static_cast<int>(reads.size());
-  for (const Read& r : reads) {
-    const io::FileId file = r.tensor == nullptr ? pack_file_ : shard_files_[r.tensor->shard];
-    io::ReadRequest req{
-        .file = file,
-        .offset = r.file_offset,
-        .length = r.length,
-        .buffer = slot.memory.subspan(r.slot_offset, io::BufferBytesFor(r.file_offset, r.length)),
-        .priority = io::Priority::kTrunk,
-        .user_data = 0,
-        .on_complete = [this, &slot, r](io::ReadResult res) { OnRead(slot, r, std::move(res)); }};
-    ++reads_in_flight_;
-    disk_.Start();
-    if (auto id = engine_.Submit(std::move(req)); !id.ok()) {
-      --reads_in_flight_;
-      disk_.Stop();
-      if (slot.status.ok()) slot.status = id.status();
-      if (--slot.reads_left == 0) slot.state = SlotState::kFailed;
-    }
-  }
-}
-
-void TrunkStreamer::OnRead(Slot& slot, const Read& read, io::ReadResult result) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!result.status.ok()) {
-      if (slot.status.ok()) slot.status = result.status;
-    } else {
-      bytes_read_ += read.length;
-      if (read.tensor != nullptr) {
-        slot.tensors[read.tensor] = result.data;
-      } else {
-        // A pack run: every tensor of the layer at its offset inside the run.
-        for (const PackedPart& p : plans_[slot.layer].packed) {
-          slot.tensors[p.tensor] = result.data.subspan(p.offset_in_run, p.length);
-        }
-      }
-    }
-    if (--slot.reads_left == 0) {
-      slot.state = slot.status.ok() ? SlotState::kReady : SlotState::kFailed;
-    }
+  slot.data = {};
+  io::ReadRequest req{
+      .file = p.file,
+      .offset = p.offset,
+      .length = p.length,
+      .buffer = slot.memory.first(io::BufferBytesFor(p.offset, p.length)),
+      .priority = io::Priority::kTrunk,
+      .user_data = 0,
+      .on_complete = [this, &slot](io::ReadResult r) { OnRead(slot, std::move(r)); }};
+  ++reads_in_flight_;
+  disk_.Start();
+  if (auto id = engine_.Submit(std::move(req)); !id.ok()) {
     --reads_in_flight_;
     disk_.Stop();
-    // Under the lock: once reads_in_flight_ is 0 the destructor may run as soon as we let go.
-    changed_.notify_all();
+    slot.status = id.status();
+    slot.state = SlotState::kFailed;
   }
 }
 
-absl::Status TrunkStreamer::Build(Slot& slot) {
-  slot.weights = LayerWeights{};
-  slot.storage.clear();
-  const TensorBytesFn source =
-      [&slot](const TensorInfo& t,
-              std::vector<uint8_t>&) -> absl::StatusOr<std::span<const uint8_t>> {
-    auto it = slot.tensors.find(&t);
-    if (it == slot.tensors.end()) {
-      return absl::InternalError(absl::StrCat(t.name, " was not in the streamed layer"));
+// Fills free slots with the pieces that follow in the order of use, wrapping around to the next
+// pass; a piece already in a slot is not read twice.
+void TrunkStreamer::ScheduleAheadLocked() {
+  const int64_t n = static_cast<int64_t>(pieces_.size());
+  for (int64_t tries = 0; tries < n; ++tries) {
+    Slot* free = FreeSlot();
+    if (free == nullptr) return;
+    if (SlotOf(next_) == nullptr) StartRead(*free, next_);
+    next_ = (next_ + 1) % n;
+  }
+}
+
+void TrunkStreamer::OnRead(Slot& slot, io::ReadResult result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (result.status.ok()) {
+    slot.data = result.data;
+    slot.state = SlotState::kReady;
+    bytes_read_ += result.data.size();
+  } else {
+    slot.status = result.status;
+    slot.state = SlotState::kFailed;
+  }
+  --reads_in_flight_;
+  disk_.Stop();
+  // Under the lock: once reads_in_flight_ is 0 the destructor may run as soon as we let go.
+  changed_.notify_all();
+}
+
+absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  Slot* slot = nullptr;
+  while (slot == nullptr) {
+    if (Slot* s = SlotOf(index); s != nullptr) {
+      changed_.wait(lock, [&] { return s->piece != index || s->state != SlotState::kLoading; });
+      if (s->piece == index) slot = s;
+      continue;
     }
-    return it->second;
-  };
-  auto built = LoadLayerWeights(ckpt_, slot.layer, source, slot.weights, slot.storage);
-  if (!built.ok()) return built.status();
-  const MoeWeights& resident = trunk_.layers[slot.layer].moe;
-  slot.weights.moe.router = resident.router;
-  slot.weights.moe.router_bias = resident.router_bias;
-  slot.built = true;
-  return absl::OkStatus();
+    // Not read ahead: read it now, into a free slot or over a piece read ahead but not in use,
+    // and go on reading ahead from here.
+    Slot* target = FreeSlot();
+    for (auto& s : slots_) {
+      if (target == nullptr && (s->state == SlotState::kReady || s->state == SlotState::kFailed)) {
+        target = s.get();
+      }
+    }
+    if (target == nullptr) {
+      changed_.wait(lock);
+      continue;
+    }
+    ++out_of_order_;
+    StartRead(*target, index);
+    next_ = (index + 1) % static_cast<int64_t>(pieces_.size());
+  }
+  wait_seconds_ += Since(t0);
+  if (slot->state == SlotState::kFailed) {
+    const absl::Status status = slot->status;
+    if (error_.ok()) error_ = status;
+    slot->state = SlotState::kFree;
+    slot->piece = -1;
+    ScheduleAheadLocked();
+    return status;
+  }
+  slot->state = SlotState::kInUse;
+  ScheduleAheadLocked();
+  lock.unlock();
+  return View(*slot);
+}
+
+// The piece as a resident matrix of its rows (F16 widened to fp32 here, on the thread that
+// multiplies it, not on the read engine's).
+RowPiece TrunkStreamer::View(Slot& slot) {
+  const Piece& p = pieces_[slot.piece];
+  Matrix m{p.tensor->dtype, slot.data.data(), p.rows, p.cols};
+  if (p.tensor->dtype == DType::kF16) {
+    slot.widened.resize(p.rows * p.cols);
+    const uint64_t row_bytes = p.cols * 2;
+    for (size_t r = 0; r < p.rows; ++r) {
+      WidenRow(DType::kF16, slot.data.data() + r * row_bytes,
+               {slot.widened.data() + r * p.cols, p.cols});
+    }
+    m = {DType::kF32, slot.widened.data(), p.rows, p.cols};
+  }
+  return {m, p.row_begin};
+}
+
+void TrunkStreamer::ReleasePiece(int64_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot* s = SlotOf(index);
+  if (s == nullptr || s->state != SlotState::kInUse) return;
+  s->state = SlotState::kFree;
+  s->piece = -1;
+  s->data = {};
+  ScheduleAheadLocked();
+  changed_.notify_all();
+}
+
+absl::Status TrunkStreamer::TakeError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = error_;
+  error_ = absl::OkStatus();
+  return s;
+}
+
+int64_t TrunkStreamer::out_of_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return out_of_order_;
 }
 
 absl::StatusOr<const LayerWeights*> TrunkStreamer::AcquireLayer(int64_t layer) {
-  if (trunk_.resident[layer]) return &trunk_.layers[layer];
-  const auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  Schedule(layer);
-  Slot* slot = nullptr;
-  for (auto& s : slots_) {
-    if (s->layer == layer) slot = s.get();
-  }
-  if (slot == nullptr) {
-    return absl::InternalError(absl::StrCat("no free trunk ring slot for layer ", layer));
-  }
-  changed_.wait(lock, [&] { return slot->state != SlotState::kLoading; });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ScheduleAhead(layer);
-  if (slot->state == SlotState::kFailed) {
-    const absl::Status status = slot->status;
-    slot->state = SlotState::kFree;
-    slot->layer = -1;
-    return status;
-  }
-  if (!slot->built) {
-    if (absl::Status s = Build(*slot); !s.ok()) return s;
-  }
-  ++slot->users;
-  return &slot->weights;
+  if (trunk_ == nullptr) return absl::InternalError("trunk streamer: no weights attached");
+  return &trunk_->layers[layer];
 }
 
-void TrunkStreamer::ScheduleAhead(int64_t layer) {
-  int64_t next = layer;
-  for (size_t i = 0; i < slots_.size() && i < streamed_.size(); ++i) {
-    next = NextStreamed(next);
-    Schedule(next);
+absl::Status TrunkStreamer::Embed(std::span<const int32_t> ids, std::span<float> out) {
+  if (trunk_ == nullptr) return absl::InternalError("trunk streamer: no weights attached");
+  if (trunk_->embed.data != nullptr) {
+    EmbedResident(trunk_->embed, ids, out);
+    return absl::OkStatus();
   }
-}
-
-void TrunkStreamer::ReleaseLayer(int64_t layer) {
-  if (trunk_.resident[layer]) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& s : slots_) {
-    if (s->layer == layer && --s->users == 0) {
-      s->state = SlotState::kFree;
-      s->layer = -1;
+  for (size_t at = 0; at < ids.size(); at += kEmbeddingRowsPerRead) {
+    const size_t n = std::min<size_t>(kEmbeddingRowsPerRead, ids.size() - at);
+    if (absl::Status s =
+            ReadEmbeddingRows(ids.subspan(at, n), out.subspan(at * trunk_->embed.cols));
+        !s.ok()) {
+      return s;
     }
   }
-  ScheduleAhead(layer);
+  return absl::OkStatus();
+}
+
+// Up to kEmbeddingRowsPerRead rows, read at demand priority (a token waits for them) at once.
+absl::Status TrunkStreamer::ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out) {
+  const TensorInfo& t = *ckpt_.Find(ckpt_.names().Global("model.embed_tokens.weight"));
+  const size_t cols = trunk_->embed.cols;
+  const uint64_t row_bytes = t.byte_size / t.shape[0];
+  const uint64_t stride = io::AlignUp(row_bytes) + io::kDirectAlignment;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<io::ReadId> reads;
+  absl::Status status;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint64_t offset = t.file_offset + static_cast<uint64_t>(ids[i]) * row_bytes;
+    disk_.Start();
+    auto id = engine_.Submit(
+        {.file = shard_files_[t.shard],
+         .offset = offset,
+         .length = row_bytes,
+         .buffer = embedding_rows_->Slice(i * stride, io::BufferBytesFor(offset, row_bytes)),
+         .priority = io::Priority::kDemand});
+    if (!id.ok()) {
+      disk_.Stop();
+      status = id.status();
+      break;
+    }
+    reads.push_back(*id);
+  }
+  for (size_t i = 0; i < reads.size(); ++i) {
+    io::ReadResult r = engine_.Wait(reads[i]);
+    disk_.Stop();
+    if (!r.status.ok()) {
+      if (status.ok()) status = r.status;
+      continue;
+    }
+    WidenRow(t.dtype, r.data.data(), out.subspan(i * cols, cols));
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_read_ += r.data.size();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  wait_seconds_ += Since(t0);
+  return status;
 }
 
 void TrunkStreamer::TakeMetrics(StepMetrics& m) {
   std::lock_guard<std::mutex> lock(mu_);
   m.trunk_bytes += bytes_read_;
   m.io_wait_seconds += wait_seconds_;
+  m.trunk_pieces_out_of_order += out_of_order_ - out_of_order_reported_;
   bytes_read_ = 0;
   wait_seconds_ = 0;
+  out_of_order_reported_ = out_of_order_;
 }
 
 }  // namespace k3

@@ -1,8 +1,11 @@
-// The trunk streamer: layers the memory plan does not pin are read ahead of use into a ring
-// of slots (at least two), from the trunk pack (one read per layer) or from the checkpoint's
-// shards (one read per tensor). While layer l computes from one slot, the next streamed layers
-// load into the others; releasing a layer frees its slot for the next one in line, wrapping
-// around to the start of the next token. Pinned layers are returned as they are.
+// The trunk streamer: the trunk matrices the memory plan does not keep resident (those of the
+// streamed layers, the routers when they are not resident, lm_head) are read piece by piece into
+// a ring of equal slots, in the order the forward pass multiplies them (LayerMatrixOrder), and
+// around again for the next token. A piece is up to the plan's piece size of consecutive rows of
+// one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
+// piece, the next ones load into the other slots; releasing a piece frees its slot for the next
+// one in line. Pieces come from the trunk pack when there is one, else from the shards. When
+// the embedding is not resident, the rows a token needs are read on demand.
 #pragma once
 
 #include <condition_variable>
@@ -20,95 +23,91 @@
 #include "io/read_engine.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/engine.h"
+#include "pipeline/memory_plan.h"
 
 namespace k3 {
 
-class TrunkStreamer : public LayerSource {
+class TrunkStreamer : public LayerSource, public PieceSource {
  public:
-  // `trunk` holds the pinned layers (trunk.resident) and every router; `pack` may be null;
-  // `shard_files` are the read engine's ids of the shards, `pack_file` of the pack (or -1).
+  // The pieces of what `plan` streams; `pack` may be null; `shard_files` are the read engine's
+  // ids of the shards, `pack_file` of the pack (or -1). Reads of the first pieces start at once.
   static absl::StatusOr<std::unique_ptr<TrunkStreamer>> Create(
-      const Checkpoint& ckpt, const TrunkWeights& trunk, const TrunkPack* pack,
-      io::ReadEngine& engine, std::vector<io::FileId> shard_files, io::FileId pack_file,
-      int ring_slots, BusyClock& disk);
+      const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
+      std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk);
   // Waits for reads still landing in the ring.
   ~TrunkStreamer() override;
 
+  // The handle of a streamed matrix (TrunkResidency::stream).
+  Matrix Handle(const TensorInfo& tensor);
+  // The weights, built with these handles; before the first token.
+  void Attach(const TrunkWeights& trunk) { trunk_ = &trunk; }
+
   absl::StatusOr<const LayerWeights*> AcquireLayer(int64_t layer) override;
-  void ReleaseLayer(int64_t layer) override;
+  void ReleaseLayer(int64_t) override {}
+  absl::Status Embed(std::span<const int32_t> ids, std::span<float> out) override;
+
+  absl::StatusOr<RowPiece> AcquirePiece(int64_t index) override;
+  void ReleasePiece(int64_t index) override;
+  absl::Status TakeError() override;
 
   // Adds trunk bytes read and time waited since the last call to `m`.
   void TakeMetrics(StepMetrics& m);
-  // Bytes one ring slot holds (the largest streamed layer's reads).
-  uint64_t slot_bytes() const { return slot_bytes_; }
+  int64_t pieces() const { return static_cast<int64_t>(pieces_.size()); }
+  // Pieces asked for before the ring had read them in order (a product order that differs from
+  // LayerMatrixOrder, or a pass cut short by an error): each costs a read the ring did not
+  // overlap. Zero in a healthy run.
+  int64_t out_of_order() const;
 
  private:
-  enum class SlotState { kFree, kLoading, kReady, kFailed };
-  struct Read {
-    const TensorInfo* tensor = nullptr;  // null: the whole pack run
-    uint64_t file_offset = 0, length = 0;
-    uint64_t slot_offset = 0;  // where the aligned read starts in the slot
-  };
-  // A tensor inside a pack run: where its bytes start, relative to the run.
-  struct PackedPart {
+  struct Piece {
     const TensorInfo* tensor = nullptr;
-    uint64_t offset_in_run = 0, length = 0;
+    io::FileId file = -1;
+    uint64_t offset = 0, length = 0;  // in the file
+    size_t row_begin = 0, rows = 0, cols = 0;
   };
-  // What loading one streamed layer takes, worked out once at start.
-  struct LayerPlan {
-    std::vector<Read> reads;
-    std::vector<PackedPart> packed;  // empty unless read from a pack
-  };
+  enum class SlotState { kFree, kLoading, kReady, kInUse, kFailed };
   struct Slot {
-    int64_t layer = -1;
+    int64_t piece = -1;
     SlotState state = SlotState::kFree;
-    int reads_left = 0;
     absl::Status status;
     std::span<uint8_t> memory;
-    // Where each tensor's bytes are in `memory`, once loaded.
-    absl::flat_hash_map<const TensorInfo*, std::span<const uint8_t>> tensors;
-    LayerWeights weights;
-    std::vector<std::vector<uint8_t>> storage;
-    bool built = false;
-    int users = 0;
+    std::span<const uint8_t> data;  // the piece's bytes, once loaded
+    std::vector<float> widened;     // F16 pieces, widened to fp32
   };
 
-  TrunkStreamer(const Checkpoint& ckpt, const TrunkWeights& trunk, const TrunkPack* pack,
-                io::ReadEngine& engine, std::vector<io::FileId> shard_files, io::FileId pack_file,
+  TrunkStreamer(const Checkpoint& ckpt, io::ReadEngine& engine, std::vector<io::FileId> shard_files,
                 BusyClock& disk)
-      : ckpt_(ckpt),
-        trunk_(trunk),
-        pack_(pack),
-        engine_(engine),
-        shard_files_(std::move(shard_files)),
-        pack_file_(pack_file),
-        disk_(disk) {}
+      : ckpt_(ckpt), engine_(engine), shard_files_(std::move(shard_files)), disk_(disk) {}
 
-  LayerPlan PlanFor(int64_t layer) const;
-  uint64_t BytesFor(const std::vector<Read>& reads) const;
-  // Starts loading `layer` into a free slot, if there is one and it is not loaded already.
-  void Schedule(int64_t layer);
-  void ScheduleAhead(int64_t layer);
-  void OnRead(Slot& slot, const Read& read, io::ReadResult result);
-  absl::Status Build(Slot& slot);
-  int64_t NextStreamed(int64_t layer) const;
+  void AddPieces(const TensorInfo& t, bool whole, uint64_t piece_bytes, const TrunkPack* pack,
+                 io::FileId pack_file);
+  Slot* SlotOf(int64_t piece);
+  Slot* FreeSlot();
+  void StartRead(Slot& slot, int64_t piece);
+  void ScheduleAheadLocked();
+  void OnRead(Slot& slot, io::ReadResult result);
+  RowPiece View(Slot& slot);
+  absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
-  const TrunkWeights& trunk_;
-  const TrunkPack* pack_;
   io::ReadEngine& engine_;
   const std::vector<io::FileId> shard_files_;
-  const io::FileId pack_file_;
   BusyClock& disk_;
-  std::unique_ptr<io::BufferArena> arena_;
+  const TrunkWeights* trunk_ = nullptr;
+  std::vector<Piece> pieces_;  // every streamed piece of one pass, in the order of use
+  absl::flat_hash_map<const TensorInfo*, std::pair<int64_t, int64_t>> by_tensor_;  // first, count
   uint64_t slot_bytes_ = 0;
-  std::vector<int64_t> streamed_;  // layer ids, ascending
-  std::vector<LayerPlan> plans_;   // per layer (empty for pinned ones)
+  std::unique_ptr<io::BufferArena> arena_;
+  std::unique_ptr<io::BufferArena> embedding_rows_;  // kEmbeddingRowsPerRead row buffers
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  int64_t next_ = 0;  // the next piece to read ahead
   int reads_in_flight_ = 0;
+  absl::Status error_;
+  int64_t out_of_order_ = 0;
+  int64_t out_of_order_reported_ = 0;
   uint64_t bytes_read_ = 0;
   double wait_seconds_ = 0;
 };

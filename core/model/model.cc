@@ -52,12 +52,22 @@ class ResidentLayers : public LayerSource {
     return &trunk_.layers[layer];
   }
   void ReleaseLayer(int64_t) override {}
+  absl::Status Embed(std::span<const int32_t> ids, std::span<float> out) override {
+    EmbedResident(trunk_.embed, ids, out);
+    return absl::OkStatus();
+  }
 
  private:
   const TrunkWeights& trunk_;
 };
 
 }  // namespace
+
+void EmbedResident(const Matrix& embed, std::span<const int32_t> ids, std::span<float> out) {
+  for (size_t t = 0; t < ids.size(); ++t) {
+    RowToFloat(embed, ids[t], out.subspan(t * embed.cols, embed.cols));
+  }
+}
 
 Model::Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts)
     : config_(config),
@@ -151,23 +161,28 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, si
     cache.insert(cache.end(), row.begin(), row.end());
   }
   std::vector<float> gate(tokens * heads * vdim), o(tokens * heads * vdim);
-  if (w.g.data != nullptr) MatMul(w.g, x, tokens, gate);
+  if (w.g.present()) MatMul(w.g, x, tokens, gate);
   const float scale = 1.0f / std::sqrt(static_cast<float>(qwidth));
-  for (size_t t = 0; t < tokens; ++t) {
-    const size_t positions = first + t + 1;  // causal: itself and everything before
-    tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
-      std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
-      // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
-      std::vector<float> q_hat(latent, 0.0f), ctx(latent), scores(positions);
-      for (size_t j = 0; j < nope; ++j) RowAxpy(w.kv_b, h * kvwidth + j, qh[j], q_hat);
-      kernels::MlaAttendHead(q_hat, qh.subspan(nope, rope), cache, positions, latent, rope, scale,
-                             scores, ctx);
-      for (size_t i = 0; i < vdim; ++i) {
-        const size_t at = (t * heads + h) * vdim + i;
-        o[at] = RowDot(w.kv_b, h * kvwidth + nope + i, ctx);
-        if (w.g.data != nullptr) o[at] *= Sigmoid(gate[at]);
-      }
-    });
+  {
+    const WholeMatrix kv_b_view(w.kv_b);  // used row by row: held whole through the attention
+    if (!kv_b_view.ok()) return;          // the source keeps the error; the layer fails
+    const Matrix& kv_b = kv_b_view.get();
+    for (size_t t = 0; t < tokens; ++t) {
+      const size_t positions = first + t + 1;  // causal: itself and everything before
+      tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
+        std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
+        // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
+        std::vector<float> q_hat(latent, 0.0f), ctx(latent), scores(positions);
+        for (size_t j = 0; j < nope; ++j) RowAxpy(kv_b, h * kvwidth + j, qh[j], q_hat);
+        kernels::MlaAttendHead(q_hat, qh.subspan(nope, rope), cache, positions, latent, rope, scale,
+                               scores, ctx);
+        for (size_t i = 0; i < vdim; ++i) {
+          const size_t at = (t * heads + h) * vdim + i;
+          o[at] = RowDot(kv_b, h * kvwidth + nope + i, ctx);
+          if (w.g.present()) o[at] *= Sigmoid(gate[at]);
+        }
+      });
+    }
   }
   MatMul(w.o, o, tokens, out);
 }
@@ -302,13 +317,14 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
   const size_t d = config_.hidden_size;
   // The residual stream per token: the running prefix P and the block snapshots B.
   std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d);
-  for (size_t t = 0; t < tokens; ++t) RowToFloat(trunk_.embed, ids[t], Row(prefix, t, d));
+  if (absl::Status s = layers_->Embed(ids, prefix); !s.ok()) return s;
   std::vector<std::vector<float>> snapshots;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     auto lw = layers_->AcquireLayer(l);
     if (!lw.ok()) return lw.status();
     absl::Status s = Layer(l, **lw, tokens, state, snapshots, prefix);
     layers_->ReleaseLayer(l);
+    if (s.ok()) s = layers_->TakeError();
     if (!s.ok()) return s;
     if (observer) observer(l, prefix);
   }
@@ -323,6 +339,7 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
     logits.resize(vocab);
     MatMul(trunk_.lm_head, Row(std::span<const float>(x), tokens - 1, d), 1, logits);
   }
+  if (absl::Status s = layers_->TakeError(); !s.ok()) return s;
   state.AppendTokens(ids);
   return absl::OkStatus();
 }

@@ -22,16 +22,23 @@ namespace k3 {
 // P [tokens, hidden] (for tests that check activations layer by layer).
 using LayerObserver = std::function<void(int64_t layer, std::span<const float> prefix)>;
 
-// Where the model gets each layer's trunk weights: resident ones, or a streamer that reads
-// them ahead into a ring of slots.
+// Where the model gets the trunk: every layer resident, or a streamer whose matrices arrive in
+// pieces (Matrix::source) and which reads embedding rows on demand.
 class LayerSource {
  public:
   virtual ~LayerSource() = default;
-  // Layer `layer`'s weights (router included), valid until ReleaseLayer(layer); blocks until
-  // they are in memory.
+  // Layer `layer`'s weights (router included), valid until ReleaseLayer(layer).
   virtual absl::StatusOr<const LayerWeights*> AcquireLayer(int64_t layer) = 0;
   virtual void ReleaseLayer(int64_t layer) = 0;
+  // The embedding rows of `ids`, widened to fp32, into out [ids.size(), hidden].
+  virtual absl::Status Embed(std::span<const int32_t> ids, std::span<float> out) = 0;
+  // The first error of a streamed piece since the last call (the model asks after each layer
+  // and after lm_head, so that a piece that failed fails the token, never changes it).
+  virtual absl::Status TakeError() { return absl::OkStatus(); }
 };
+
+// The embedding rows of `ids` from a resident embedding matrix.
+void EmbedResident(const Matrix& embed, std::span<const int32_t> ids, std::span<float> out);
 
 class Model {
  public:

@@ -5,7 +5,9 @@
 #include <tbb/partitioner.h>
 
 #include <cstring>
+#include <initializer_list>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/numeric.h"
 #include "kernels/bf16.h"
@@ -37,11 +39,59 @@ void MatMulRows(const Matrix& w, std::span<const float> x, size_t tokens, std::s
   }
 }
 
-void MatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
+namespace {
+
+void ResidentMatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
   tbb::parallel_for(
       tbb::blocked_range<size_t>(0, w.rows, kRowsPerTask),
       [&](const tbb::blocked_range<size_t>& r) { MatMulRows(w, x, tokens, y, r.begin(), r.end()); },
       tbb::simple_partitioner());
+}
+
+// Piece by piece, each as soon as it is in. A piece's rows are a matrix of their own, so its
+// products land in a scratch [tokens, piece rows] and are copied to their columns of y (for one
+// token the columns are contiguous and the product goes straight there).
+void StreamedMatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
+  std::vector<float> part;
+  for (int64_t i = 0; i < w.pieces; ++i) {
+    auto piece = w.source->AcquirePiece(w.first_piece + i);
+    if (!piece.ok()) continue;  // the source keeps the error; the layer fails
+    const Matrix& m = piece->rows;
+    if (tokens == 1) {
+      ResidentMatMul(m, x, 1, y.subspan(piece->row_begin, m.rows));
+    } else {
+      part.resize(tokens * m.rows);
+      ResidentMatMul(m, x, tokens, part);
+      for (size_t t = 0; t < tokens; ++t) {
+        std::copy_n(part.data() + t * m.rows, m.rows, y.data() + t * w.rows + piece->row_begin);
+      }
+    }
+    w.source->ReleasePiece(w.first_piece + i);
+  }
+}
+
+}  // namespace
+
+void MatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
+  if (w.streamed()) {
+    StreamedMatMul(w, x, tokens, y);
+  } else {
+    ResidentMatMul(w, x, tokens, y);
+  }
+}
+
+WholeMatrix::WholeMatrix(const Matrix& w) : w_(w) {
+  if (!w.streamed()) {
+    view_ = w;
+    return;
+  }
+  auto piece = w.pieces == 1 ? w.source->AcquirePiece(w.first_piece)
+                             : absl::InternalError("a row-by-row matrix must be one piece");
+  if (piece.ok()) view_ = piece->rows;
+}
+
+WholeMatrix::~WholeMatrix() {
+  if (w_.streamed() && ok()) w_.source->ReleasePiece(w_.first_piece);
 }
 
 void RowToFloat(const Matrix& w, size_t row, std::span<float> out) {
@@ -92,33 +142,46 @@ std::vector<float> ToFloats(const TensorInfo& t, std::span<const uint8_t> raw) {
 
 class TrunkLoader {
  public:
-  TrunkLoader(const Checkpoint& ckpt, const TensorBytesFn& source,
+  TrunkLoader(const Checkpoint& ckpt, const TrunkResidency& residency,
               std::vector<std::vector<uint8_t>>& storage,
-              const std::function<void(uint64_t, uint64_t)>& progress, uint64_t total)
-      : ckpt_(ckpt), source_(source), storage_(storage), progress_(progress), total_(total) {}
+              const std::function<void(uint64_t, uint64_t)>& progress)
+      : ckpt_(ckpt), residency_(residency), storage_(storage), progress_(progress) {
+    for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
+      const TensorInfo* t = ckpt.Find(spec.name);
+      if (t == nullptr) continue;  // Checkpoint::Open has refused checkpoints missing tensors
+      if (IsResident(residency, spec)) {
+        total_ += t->byte_size;
+      } else {
+        streamed_.insert(t);
+      }
+    }
+  }
 
   absl::Status status() const { return status_; }
   uint64_t bytes() const { return bytes_; }
 
-  // A matrix: BF16 and F32 kept as stored (in place when the source's memory outlives the
-  // weights), F16 widened to F32.
+  // A matrix: BF16 and F32 kept as stored, F16 widened to F32; or the handle of a streamed one.
   Matrix Mat(const std::string& name) {
+    const TensorInfo* t = ckpt_.Find(name);
+    if (t != nullptr && streamed_.contains(t)) {
+      if (!residency_.stream) {
+        Check(absl::InternalError(absl::StrCat(name, " is streamed but has no source")));
+        return {};
+      }
+      return residency_.stream(*t);
+    }
     std::vector<uint8_t> owned;
-    const TensorInfo* t = nullptr;
-    std::span<const uint8_t> raw = Bytes(name, owned, t);
-    if (t == nullptr) return {};
-    Matrix m{t->dtype, raw.data(), static_cast<size_t>(t->shape[0]),
+    if (!Read(name, owned, t)) return {};
+    Matrix m{t->dtype, owned.data(), static_cast<size_t>(t->shape[0]),
              static_cast<size_t>(t->elements() / t->shape[0])};
     if (t->dtype == DType::kF16) {
-      std::vector<float> wide = ToFloats(*t, raw);
+      std::vector<float> wide = ToFloats(*t, owned);
       owned.resize(wide.size() * 4);
       std::memcpy(owned.data(), wide.data(), owned.size());
+      m.data = owned.data();
       m.dtype = DType::kF32;
     }
-    if (!owned.empty()) {
-      m.data = owned.data();
-      storage_.push_back(std::move(owned));
-    }
+    storage_.push_back(std::move(owned));
     bytes_ += m.rows * m.cols * (m.dtype == DType::kBF16 ? 2 : 4);
     return m;
   }
@@ -126,10 +189,9 @@ class TrunkLoader {
   std::vector<float> Vec(const std::string& name) {
     std::vector<uint8_t> owned;
     const TensorInfo* t = nullptr;
-    std::span<const uint8_t> raw = Bytes(name, owned, t);
-    if (t == nullptr) return {};
+    if (!Read(name, owned, t)) return {};
     bytes_ += t->elements() * 4;
-    return ToFloats(*t, raw);
+    return ToFloats(*t, owned);
   }
 
   // Norm weight times projection (AttnRes keys, MODEL.md 2.2).
@@ -140,32 +202,30 @@ class TrunkLoader {
   }
 
  private:
-  std::span<const uint8_t> Bytes(const std::string& name, std::vector<uint8_t>& owned,
-                                 const TensorInfo*& t) {
+  bool Read(const std::string& name, std::vector<uint8_t>& owned, const TensorInfo*& t) {
     t = ckpt_.Find(name);
     if (t == nullptr) {
       Check(absl::NotFoundError(absl::StrCat("tensor ", name, " is missing")));
-      return {};
+      return false;
     }
-    auto raw = source_(*t, owned);
-    if (!raw.ok() || raw->size() != t->byte_size) {
-      Check(raw.ok() ? absl::DataLossError(absl::StrCat(name, ": got ", raw->size(),
-                                                        " bytes, expected ", t->byte_size))
-                     : raw.status());
+    owned.resize(t->byte_size);
+    if (absl::Status s = ckpt_.ReadTensor(*t, owned); !s.ok()) {
+      Check(s);
       t = nullptr;
-      return {};
+      return false;
     }
     if (progress_) progress_(done_ += t->byte_size, total_);
-    return *raw;
+    return true;
   }
   void Check(const absl::Status& s) {
     if (status_.ok() && !s.ok()) status_ = s;
   }
 
   const Checkpoint& ckpt_;
-  const TensorBytesFn& source_;
+  const TrunkResidency& residency_;
   std::vector<std::vector<uint8_t>>& storage_;
   const std::function<void(uint64_t, uint64_t)> progress_;
+  absl::flat_hash_set<const TensorInfo*> streamed_;
   absl::Status status_;
   uint64_t total_ = 0;
   uint64_t done_ = 0;
@@ -248,51 +308,76 @@ void LoadLayer(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoade
 
 }  // namespace
 
-TensorBytesFn ReadFromCheckpoint(const Checkpoint& ckpt) {
-  return [&ckpt](const TensorInfo& t,
-                 std::vector<uint8_t>& owned) -> absl::StatusOr<std::span<const uint8_t>> {
-    owned.resize(t.byte_size);
-    if (absl::Status s = ckpt.ReadTensor(t, owned); !s.ok()) return s;
-    return std::span<const uint8_t>(owned);
-  };
+bool IsResident(const TrunkResidency& r, const TensorSpec& spec) {
+  if (spec.role == TensorRole::kVector) return true;
+  switch (spec.group) {
+    case TensorGroup::kEmbedding:
+      return r.embedding;
+    case TensorGroup::kLmHead:
+      return r.lm_head;
+    case TensorGroup::kRouter:
+      if (r.routers) return true;
+      break;
+    default:
+      break;
+  }
+  return spec.layer < 0 || r.layers.empty() || r.layers[spec.layer];
 }
 
-absl::StatusOr<uint64_t> LoadLayerWeights(const Checkpoint& ckpt, int64_t layer,
-                                          const TensorBytesFn& source, LayerWeights& out,
-                                          std::vector<std::vector<uint8_t>>& storage) {
-  TrunkLoader ld(ckpt, source, storage, {}, 0);
-  LoadLayer(ckpt.config(), layer, ckpt.names(), ld, out);
-  if (!ld.status().ok()) return ld.status();
-  return ld.bytes();
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& c, const TensorNames& n, int64_t l) {
+  std::vector<OrderedMatrix> order;
+  auto add = [&](const std::string& prefix, std::initializer_list<const char*> suffixes) {
+    for (const char* s : suffixes) order.push_back({n.Layer(l, absl::StrCat(prefix, s))});
+  };
+  // Model::Kda, Model::Mla (kv_b is used row by row between the gate and o_proj).
+  if (c.attention_kind(l) == AttentionKind::kKda) {
+    add("self_attn.", {"q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight",
+                       "f_a_proj.weight", "f_b_proj.weight", "b_proj.weight", "o_proj.weight"});
+  } else {
+    add("self_attn.", {"q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight"});
+    if (c.mla_use_output_gate) add("self_attn.", {"g_proj.weight"});
+    add("self_attn.", {"kv_b_proj.weight"});
+    order.back().whole = true;
+    add("self_attn.", {"o_proj.weight"});
+  }
+  // Model::SituMlp for the dense layers; Model::Moe: router, latent down-projection, the shared
+  // experts (alongside the routed ones), latent up-projection.
+  if (c.is_dense(l)) {
+    add("mlp.", {"gate_proj.weight", "up_proj.weight", "down_proj.weight"});
+    return order;
+  }
+  add("block_sparse_moe.", {"gate.weight", "routed_expert_down_proj.weight"});
+  if (c.num_shared_experts > 0) {
+    add("block_sparse_moe.shared_experts.",
+        {"gate_proj.weight", "up_proj.weight", "down_proj.weight"});
+  }
+  add("block_sparse_moe.", {"routed_expert_up_proj.weight"});
+  return order;
 }
 
 absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
     const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress,
-    const std::vector<bool>* pinned) {
+    const TrunkResidency& residency) {
   const ModelConfig& c = ckpt.config();
   const TensorNames& n = ckpt.names();
-  auto resident = [&](int64_t l) { return pinned == nullptr || (*pinned)[l]; };
-  uint64_t total = 0;
-  for (const TensorSpec& spec : TrunkTensorSpecs(c, n)) {
-    if (spec.layer < 0 || spec.group == TensorGroup::kRouter || resident(spec.layer)) {
-      total += ckpt.Find(spec.name)->byte_size;
-    }
-  }
   auto out = std::make_unique<TrunkWeights>();
-  const TensorBytesFn source = ReadFromCheckpoint(ckpt);
-  TrunkLoader ld(ckpt, source, out->storage, progress, total);
-  out->embed = ld.Mat(n.Global("model.embed_tokens.weight"));
+  TrunkLoader ld(ckpt, residency, out->storage, progress);
+  const std::string embed = n.Global("model.embed_tokens.weight");
+  if (residency.embedding) {
+    out->embed = ld.Mat(embed);
+  } else if (const TensorInfo* t = ckpt.Find(embed); t != nullptr) {
+    // Only the shape: rows are read on demand.
+    out->embed = {t->dtype, nullptr, static_cast<size_t>(t->shape[0]),
+                  static_cast<size_t>(t->elements() / t->shape[0])};
+  }
   out->lm_head = ld.Mat(n.Global("lm_head.weight"));
   out->final_norm = ld.Vec(n.Global("model.norm.weight"));
   out->output_res_fold = ld.Fold(n.Global("model.output_attn_res_norm.weight"),
                                  n.Global("model.output_attn_res_proj.weight"));
   out->layers.resize(c.num_layers);
-  out->resident.assign(c.num_layers, false);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LoadRouter(c, l, n, ld, out->layers[l].moe);
-    if (!resident(l)) continue;
     LoadLayer(c, l, n, ld, out->layers[l]);
-    out->resident[l] = true;
   }
   if (!ld.status().ok()) return ld.status();
   out->bytes = ld.bytes();

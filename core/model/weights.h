@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,20 +15,68 @@
 
 namespace k3 {
 
-// A row-major matrix [rows, cols] of BF16 or F32 values.
+class PieceSource;
+
+// A row-major matrix [rows, cols] of BF16 or F32 values: resident (`data`), or streamed, its
+// rows arriving as pieces [first_piece, first_piece + pieces) of `source` (the trunk streamer
+// reads them into a ring of slots in the order the forward pass multiplies them).
 struct Matrix {
   DType dtype = DType::kBF16;
   const void* data = nullptr;
   size_t rows = 0;
   size_t cols = 0;
+  PieceSource* source = nullptr;
+  int64_t first_piece = 0;
+  int64_t pieces = 0;
+
+  bool present() const { return data != nullptr || source != nullptr; }
+  bool streamed() const { return source != nullptr; }
+};
+
+// Consecutive rows of a streamed matrix, resident while held.
+struct RowPiece {
+  Matrix rows;  // resident: rows [row_begin, row_begin + rows.rows) of the whole matrix
+  size_t row_begin = 0;
+};
+
+class PieceSource {
+ public:
+  virtual ~PieceSource() = default;
+  // Blocks until piece `index` is in memory; valid until ReleasePiece(index). Any thread. A
+  // failure is also kept for TakeError, so that code without a status to return (a product in
+  // the middle of a layer) may skip the rows and let the layer fail as a whole.
+  virtual absl::StatusOr<RowPiece> AcquirePiece(int64_t index) = 0;
+  virtual void ReleasePiece(int64_t index) = 0;
+  // The first error since the last call (OK if none).
+  virtual absl::Status TakeError() = 0;
+};
+
+// A resident view of a whole matrix for row-by-row use (MLA's kv_b): a resident matrix as it
+// is, a streamed one (which the plan keeps to a single piece) held while the view lives.
+class WholeMatrix {
+ public:
+  explicit WholeMatrix(const Matrix& w);
+  ~WholeMatrix();
+  WholeMatrix(const WholeMatrix&) = delete;
+  WholeMatrix& operator=(const WholeMatrix&) = delete;
+  // False when the piece failed to load (the source keeps the error).
+  bool ok() const { return view_.data != nullptr; }
+  const Matrix& get() const { return view_; }
+
+ private:
+  const Matrix& w_;
+  Matrix view_;
 };
 
 // Y[t, r] = sum_k W[r, k] X[t, k] for rows [row_begin, row_end) of every token; single-threaded.
 void MatMulRows(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y,
                 size_t row_begin, size_t row_end);
 // The whole product, rows split across threads in fixed blocks (a row's arithmetic never
-// depends on the split, so neither does the result).
+// depends on the split, so neither does the result). A streamed matrix is multiplied piece by
+// piece as the pieces arrive; the rows of a piece that failed to load are left as they were
+// (the source keeps the error and the layer fails).
 void MatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y);
+// Resident matrices only (WholeMatrix gives a resident view of a streamed one).
 // Dot product of row `row` with x; y += alpha * row.
 float RowDot(const Matrix& w, size_t row, std::span<const float> x);
 void RowAxpy(const Matrix& w, size_t row, float alpha, std::span<float> y);
@@ -64,33 +114,45 @@ struct LayerWeights {
 };
 
 struct TrunkWeights {
+  // The embedding may be absent (its rows are then read on demand: LayerSource::Embed).
   Matrix embed, lm_head;
   std::vector<float> final_norm, output_res_fold;
+  // Every layer. Its vectors (norms, AttnRes folds, convolutions, gates' small parameters) are
+  // always resident, a few hundred KB a layer; its matrices are resident or streamed.
   std::vector<LayerWeights> layers;
-  // Per layer: all its weights are here. Otherwise only its router (lookahead needs every
-  // router) and the pipeline streams the rest (LoadLayerWeights).
-  std::vector<bool> resident;
-  // Owns the bytes the matrices point into.
+  // Owns the bytes the resident matrices point into.
   std::vector<std::vector<uint8_t>> storage;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // resident bytes
 };
 
-// Where a tensor's stored bytes come from: read into `owned` (which the weights then keep), or a
-// view of memory that outlives the weights (a streaming ring slot).
-using TensorBytesFn = std::function<absl::StatusOr<std::span<const uint8_t>>(
-    const TensorInfo& tensor, std::vector<uint8_t>& owned)>;
-TensorBytesFn ReadFromCheckpoint(const Checkpoint& ckpt);
+// Which trunk matrices stay in memory (the memory plan decides); the others are streamed.
+struct TrunkResidency {
+  std::vector<bool> layers;  // per layer: its matrices resident (empty: every layer)
+  bool routers = true;       // every router resident; otherwise a router goes with its layer
+  bool lm_head = true;
+  bool embedding = true;  // false: rows read on demand
+  // The handle of a streamed matrix (the trunk streamer's pieces); required when anything is.
+  std::function<Matrix(const TensorInfo&)> stream;
+};
 
-// Reads the global tensors, every router, and every other tensor of the layers where
-// pinned[l] (all layers when `pinned` is null). `progress(done, total)` reports bytes.
+// Whether the tensor of `spec` is held in memory under `residency` (vectors always are).
+bool IsResident(const TrunkResidency& residency, const TensorSpec& spec);
+
+// The matrices of `layer` in the order the forward pass multiplies them (the router at its
+// place): the trunk streamer reads streamed pieces in this order, so a change to the order of
+// the products in core/model/model.cc must be made here too (a test counts pieces asked for out
+// of order).
+struct OrderedMatrix {
+  std::string name;
+  bool whole = false;  // used row by row (WholeMatrix): streamed as one piece
+};
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& config, const TensorNames& names,
+                                            int64_t layer);
+
+// Reads every resident tensor and makes handles for the streamed ones. `progress(done, total)`
+// reports bytes read.
 absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
     const Checkpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress = {},
-    const std::vector<bool>* pinned = nullptr);
-
-// Builds everything of one layer but its router from `source` into `out`; F16 matrices and
-// copies go to `storage`. Returns the bytes the weights take.
-absl::StatusOr<uint64_t> LoadLayerWeights(const Checkpoint& ckpt, int64_t layer,
-                                          const TensorBytesFn& source, LayerWeights& out,
-                                          std::vector<std::vector<uint8_t>>& storage);
+    const TrunkResidency& residency = {});
 
 }  // namespace k3

@@ -140,55 +140,68 @@ class EngineTest : public ::testing::Test {
 };
 TempDir* EngineTest::dir_ = nullptr;
 
-// The budgets of the grid: the minimum, one between (some layers pinned, a small cache) and
-// everything resident.
-std::vector<std::string> GridBudgets(const std::string& dir) {
+// The memory settings of the grid: the minimum (every matrix streamed through the ring, the
+// embedding read row by row), the minimum again with pieces of a few rows in a ring of two slots
+// (every product split across pieces), one budget between (some layers pinned, a small cache)
+// and everything resident.
+struct MemorySetting {
+  std::string name;
+  MemoryRequest memory;
+  uint64_t piece_bytes = 0;
+  int ring_slots = 0;
+};
+
+std::vector<MemorySetting> GridMemory(const std::string& dir) {
   auto ckpt = Checkpoint::Open(dir);
   auto plan_min = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "ultra"}, 0);
   auto plan_max = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "max"}, 0);
   const double lo = plan_min->budget_bytes / 1e9, hi = plan_max->budget_bytes / 1e9;
-  return {"ultra", absl::StrCat((lo + hi) / 2), "max"};
+  return {{"ultra", {.preset = "ultra"}},
+          {"ultra, 4 KiB pieces, 2 slots", {.preset = "ultra"}, 4096, 2},
+          {absl::StrCat((lo + hi) / 2, " GB"), {.ram_gb = (lo + hi) / 2}},
+          {"max", {.preset = "max"}}};
 }
 
-// Runs the grid of DESIGN.md invariant 1 on `dir`: budgets {minimum, between, everything} x
-// queue depth {1, 8, 32} x distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x
-// overlap on/off.
+// Runs the grid of DESIGN.md invariant 1 on `dir`: memory settings (above) x queue depth
+// {1, 8, 32} x distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x overlap on/off.
 void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_options) {
   const StreamRun base = Baseline(dir);
   int configs = 0;
-  for (const std::string& budget : GridBudgets(dir)) {
+  for (const MemorySetting& memory : GridMemory(dir)) {
     for (int qd : {1, 8, 32}) {
       for (int distance : {0, 1, 3}) {
         for (int threads : {1, 2}) {
           for (bool overlap : {true, false}) {
             EngineOptions o = base_options;
             o.model_dir = dir;
-            if (budget == "ultra" || budget == "max") {
-              o.memory.preset = budget;
-            } else {
-              o.memory.ram_gb = std::stod(budget);
-            }
+            o.memory = memory.memory;
+            o.ring_piece_bytes = memory.piece_bytes;
+            o.ring_slots = memory.ring_slots;
             o.queue_depth = qd;
             o.prefetch_distance = distance;
             o.prefill_prefetch_distance = distance;
             o.threads = threads;
             o.overlap = overlap;
             const std::string where =
-                absl::StrCat("budget ", budget, " qd ", qd, " distance ", distance, " threads ",
-                             threads, " overlap ", overlap);
+                absl::StrCat("memory ", memory.name, " qd ", qd, " distance ", distance,
+                             " threads ", threads, " overlap ", overlap);
             auto run = Stream(o);
             ASSERT_TRUE(run.ok()) << where << ": " << run.status();
             ASSERT_EQ(run->ids, base.ids) << where;
             for (size_t i = 0; i < base.logits.size(); ++i) {
               ASSERT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << where << " step " << i;
             }
+            // The products ask for pieces in the order the ring reads them.
+            ASSERT_EQ(
+                run->prefill.trunk_pieces_out_of_order + run->decode.trunk_pieces_out_of_order, 0u)
+                << where;
             ++configs;
           }
         }
       }
     }
   }
-  EXPECT_EQ(configs, 108);
+  EXPECT_EQ(configs, 144);
 }
 
 TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
@@ -211,11 +224,63 @@ TEST_F(EngineTest, MinimumBudgetStreamsTheTrunkAndTheExperts) {
   o.memory.preset = "ultra";
   auto engine = Engine::Open(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  EXPECT_EQ((*engine)->plan().streamed_layers(), (*engine)->config().num_layers);
+  const MemoryPlan& plan = (*engine)->plan();
+  EXPECT_EQ(plan.streamed_layers(), (*engine)->config().num_layers);
+  EXPECT_FALSE(plan.embedding_resident);
+  EXPECT_FALSE(plan.lm_head_resident);
+  EXPECT_FALSE(plan.routers_resident);
+  EXPECT_EQ(plan.cache_slots, (*engine)->config().num_experts_per_token);
   auto run = Stream(o);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_GT(run->decode.trunk_bytes, 0u);
   EXPECT_GT(run->decode.expert_demand_bytes, 0u);
+}
+
+// The floor's parts, each against the whole model resident: the embedding read row by row, the
+// routers and lm_head streamed with the layers, every matrix in pieces of a few rows through a
+// ring of two slots; the tokens and every logit are the resident run's.
+TEST_F(EngineTest, TheFloorGivesTheResidentBits) {
+  const StreamRun base = Baseline(ModelDir());
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.ring_piece_bytes = 4096;
+  o.ring_slots = 2;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->plan().ring_slots, 2);
+  EXPECT_EQ((*engine)->plan().piece_bytes, 4096u);
+  // A ring of two 4 KiB pieces (plus alignment) is far smaller than one layer.
+  EXPECT_LT((*engine)->plan().ring_slots * (*engine)->plan().ring_slot_bytes,
+            MeasureFootprint((*engine)->checkpoint(), 64, kPrefillChunk).layer_bytes[0]);
+  engine->reset();
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->ids, base.ids);
+  for (size_t i = 0; i < base.logits.size(); ++i) {
+    EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
+  }
+  EXPECT_EQ(run->decode.trunk_pieces_out_of_order, 0u);
+}
+
+// Between the minimum and everything: the routers are resident before any layer is pinned, and
+// each layer is pinned whole or streamed whole.
+TEST_F(EngineTest, RoutersComeBeforeTheLayers) {
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  const ModelFootprint f = MeasureFootprint(**ckpt, 64, kPrefillChunk);
+  auto floor = PlanMemory(f, {.preset = "ultra"}, 0);
+  ASSERT_TRUE(floor.ok());
+  const double just_routers = (floor->budget_bytes + f.all_router_bytes()) / 1e9;
+  auto plan = PlanMemory(f, {.ram_gb = just_routers + 1e-6}, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->routers_resident);
+  EXPECT_EQ(plan->streamed_layers(), (*ckpt)->config().num_layers);
+  EXPECT_LE(plan->planned_bytes(), plan->budget_bytes);
+  auto max = PlanMemory(f, {.preset = "max"}, 0);
+  ASSERT_TRUE(max.ok());
+  EXPECT_TRUE(max->embedding_resident && max->lm_head_resident && max->routers_resident);
+  EXPECT_EQ(max->ring_slots, 0);
+  EXPECT_EQ(max->streamed_layers(), 0);
 }
 
 TEST_F(EngineTest, PrefillReadsEachNeededExpertOncePerChunk) {
@@ -338,6 +403,34 @@ TEST_F(EngineTest, PermanentFaultNamesFileAndOffset) {
   const std::string message(run.status().message());
   EXPECT_NE(message.find(shard.substr(shard.rfind('/') + 1)), std::string::npos) << message;
   EXPECT_NE(message.find("offset"), std::string::npos) << message;
+}
+
+// A bad sector inside a streamed trunk matrix, and one inside the embedding's rows: each fails
+// the token with the shard and offset named, never a token computed without those bytes.
+TEST_F(EngineTest, PermanentFaultInTheStreamedTrunkNamesFileAndOffset) {
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  const TensorNames& n = (*ckpt)->names();
+  for (const std::string& name :
+       {n.Layer(2, "self_attn.v_proj.weight"), n.Global("model.embed_tokens.weight")}) {
+    const TensorInfo* t = (*ckpt)->Find(name);
+    ASSERT_NE(t, nullptr) << name;
+    const std::string shard = (*ckpt)->shard_paths()[t->shard];
+    const std::string file = shard.substr(shard.rfind('/') + 1);
+    EngineOptions o = Options();
+    o.memory.preset = "ultra";
+    o.ring_piece_bytes = 4096;
+    o.faults = std::make_shared<io::FaultPlan>();
+    // The embedding: the row of every token id the run can see.
+    for (uint64_t at = 0; at < t->byte_size; at += t->byte_size / t->shape[0]) {
+      o.faults->FailAtOffset(t->file_offset + at + 2, EIO, -1, "/" + file);
+    }
+    auto run = Stream(o);
+    ASSERT_FALSE(run.ok()) << name;
+    const std::string message(run.status().message());
+    EXPECT_NE(message.find(file), std::string::npos) << name << ": " << message;
+    EXPECT_NE(message.find("offset"), std::string::npos) << name << ": " << message;
+  }
 }
 
 TEST_F(EngineTest, CorruptExpertScaleIsAnErrorNotAToken) {
