@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/commands.h"
+#include "apps/disk_rate.h"
 #include "apps/flags.h"
 #include "core/checkpoint.h"
 #include "core/progress.h"
@@ -34,9 +35,6 @@ namespace k3::cli {
 namespace {
 
 constexpr char kName[] = "doctor";
-constexpr uint64_t kReadBytes = 16 << 20;  // one read, as large as an expert group
-constexpr int kReadsInFlight = 4;
-constexpr double kMeasureSeconds = 2.5;
 constexpr uint64_t kScratchBytes = 128ull << 20;  // the temp file read without a model
 
 enum class Level { kOk, kWarn, kFail };
@@ -100,18 +98,6 @@ void CheckUring(Findings& f) {
   f.extra()["io_uring"] = engine.ok();
 }
 
-// The largest shard: the longest run of 16 MiB reads without wrapping.
-std::string LargestShard(const Checkpoint& ckpt) {
-  std::string best;
-  uint64_t best_size = 0;
-  for (const std::string& p : ckpt.shard_paths()) {
-    std::error_code ec;
-    const uint64_t size = std::filesystem::file_size(p, ec);
-    if (!ec && size >= best_size) best = p, best_size = size;
-  }
-  return best;
-}
-
 // A file of random bytes to read back when there is no model, flushed and dropped from the
 // page cache so that buffered reads (where O_DIRECT is refused) do not just hit memory.
 absl::StatusOr<std::string> WriteScratchFile(const std::string& dir) {
@@ -133,71 +119,6 @@ absl::StatusOr<std::string> WriteScratchFile(const std::string& dir) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot write 128 MiB to ", dir));
   }
   return path;
-}
-
-struct ReadRate {
-  std::string path;
-  uint64_t read_bytes = 0;  // per read: 16 MiB, or the whole file when it is smaller
-  bool direct = false;
-  double bytes_per_second = 0;
-  double seconds = 0;
-};
-
-// Keeps reads of `length` bytes at random offsets of the file in flight until the time is up;
-// returns the bytes read and sets the time taken.
-absl::StatusOr<uint64_t> KeepReading(io::ReadEngine& engine, io::FileId file, uint64_t size,
-                                     uint64_t length, const io::BufferArena& arena,
-                                     double& seconds) {
-  std::mt19937_64 rng(7);
-  const uint64_t span = size - length;
-  auto submit = [&](int slot) {
-    const uint64_t offset = io::AlignDown(span == 0 ? 0 : rng() % span);
-    return engine.Submit({.file = file,
-                          .offset = offset,
-                          .length = length,
-                          .buffer = arena.Slice(slot * length, length),
-                          .user_data = static_cast<uint64_t>(slot)});
-  };
-  for (int slot = 0; slot < kReadsInFlight; ++slot) {
-    if (auto id = submit(slot); !id.ok()) return id.status();
-  }
-  const auto start = std::chrono::steady_clock::now();
-  uint64_t bytes = 0;
-  for (int outstanding = kReadsInFlight; outstanding > 0; --outstanding) {
-    std::optional<io::ReadResult> r = engine.WaitAny();
-    if (!r.has_value()) return absl::InternalError("the read engine lost a read");
-    if (!r->status.ok()) return r->status;
-    bytes += r->data.size();
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (seconds >= kMeasureSeconds) continue;
-    if (auto id = submit(static_cast<int>(r->user_data)); !id.ok()) return id.status();
-    ++outstanding;
-  }
-  return bytes;
-}
-
-// Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
-absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
-  // Declared first so that it outlives the engine, whose destructor waits for reads in flight.
-  std::unique_ptr<io::BufferArena> arena;
-  io::EngineOptions o;
-  o.queue_depth = kReadsInFlight;
-  o.notices = false;
-  auto engine = io::ReadEngine::Create(o);
-  if (!engine.ok()) return engine.status();
-  auto file = (*engine)->OpenFile(path);
-  if (!file.ok()) return file.status();
-  const io::FileInfo info = (*engine)->file(*file);
-  ReadRate rate{.path = path, .direct = info.direct};
-  rate.read_bytes = std::min<uint64_t>(kReadBytes, io::AlignDown(info.size));
-  if (rate.read_bytes == 0) return absl::FailedPreconditionError(path + " is too small");
-  auto created = io::BufferArena::Create(kReadsInFlight * rate.read_bytes);
-  if (!created.ok()) return created.status();
-  arena = *std::move(created);
-  auto bytes = KeepReading(**engine, *file, info.size, rate.read_bytes, *arena, rate.seconds);
-  if (!bytes.ok()) return bytes.status();
-  rate.bytes_per_second = rate.seconds > 0 ? *bytes / rate.seconds : 0;
-  return rate;
 }
 
 void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<ReadRate>& rate) {

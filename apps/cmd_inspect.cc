@@ -5,8 +5,10 @@
 #include <map>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/commands.h"
+#include "apps/disk_rate.h"
 #include "apps/flags.h"
 #include "core/checkpoint.h"
 #include "core/progress.h"
@@ -86,31 +88,63 @@ void PrintCensus(const Checkpoint& ckpt) {
   }
 }
 
+// The read rate the forecasts divide by: --disk-gbps, else measured as k3 doctor does on the
+// model's largest shard. A note says where it came from (and when the files are mostly holes,
+// that the rate is the memory's, not a disk's).
+double DiskRate(const Checkpoint& ckpt, std::string& note) {
+  if (const double given = absl::GetFlag(FLAGS_disk_gbps); given > 0) {
+    note = absl::StrFormat("--disk-gbps %g", given);
+    return given * 1e9;
+  }
+  const std::string shard = LargestShard(ckpt);
+  auto rate = MeasureReads(shard);
+  if (!rate.ok()) {
+    note = absl::StrCat("no disk rate (", rate.status().message(), "): pass --disk-gbps");
+    return 0;
+  }
+  note = absl::StrFormat("%.2f GB/s measured as k3 doctor does (%s reads, %d in flight, of %s)",
+                         rate->bytes_per_second / 1e9, rate->direct ? "O_DIRECT" : "buffered",
+                         kReadsInFlight, shard);
+  if (MostlyHoles(shard)) {
+    absl::StrAppend(&note,
+                    "; the file is mostly holes (a sparse checkpoint), so this is the rate of "
+                    "memory, not of a disk: pass --disk-gbps for a real one");
+  }
+  return rate->bytes_per_second;
+}
+
 // What each memory preset would give this model, at the engine's default context and prefill
-// chunk (the sizes of k3 generate without flags); "auto" scales from the RAM available now.
+// chunk (the sizes of k3 generate without flags), and what a decode token would read and take
+// at the disk's rate; "auto" scales from the RAM available now.
 void PrintPresets(const Checkpoint& ckpt) {
   const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, /*prefill_chunk=*/64);
   const uint64_t available = AvailableRamBytes();
-  const ModelConfig& c = ckpt.config();
-  const int64_t experts =
-      (c.num_layers - std::min(c.num_layers, c.first_k_dense_replace)) * c.num_experts;
-  std::printf("\n%-12s %12s %14s %18s %7s\n", "preset", "budget", "pinned layers", "cache experts",
-              "cached");
+  std::string rate_note;
+  const double rate = DiskRate(ckpt, rate_note);
+  const int64_t experts = static_cast<int64_t>(fp.all_experts_bytes / fp.expert_slot_bytes);
+  std::printf("\n%-12s %12s %14s %18s %7s %10s %9s\n", "preset", "budget", "pinned layers",
+              "cache experts", "cached", "GB/token", "s/token");
   for (const std::string& name : MemoryPresetNames()) {
     auto plan = PlanMemory(fp, {.preset = name}, available);
     if (!plan.ok()) {
       std::printf("%-12s %s\n", name.c_str(), std::string(plan.status().message()).c_str());
       continue;
     }
+    const ReadForecast reads = ForecastReads(fp, *plan);
     const int64_t pinned = static_cast<int64_t>(plan->pinned.size()) - plan->streamed_layers();
-    std::printf("%-12s %12s %7lld of %-4lld %8lld of %-7lld %6.1f%%\n", name.c_str(),
+    std::printf("%-12s %12s %7lld of %-4lld %8lld of %-7lld %6.1f%% %10.2f %9s\n", name.c_str(),
                 FormatBytes(static_cast<double>(plan->budget_bytes)).c_str(),
                 static_cast<long long>(pinned), static_cast<long long>(plan->pinned.size()),
                 static_cast<long long>(plan->cache_slots), static_cast<long long>(experts),
-                experts > 0 ? 100.0 * plan->cache_slots / experts : 0.0);
+                experts > 0 ? 100.0 * plan->cache_slots / experts : 0.0, reads.total_bytes() / 1e9,
+                rate > 0 ? absl::StrFormat("%.2f", reads.total_bytes() / rate).c_str() : "-");
   }
-  std::printf("(auto: 70%% of the %s available now; max context 4096, prefill chunk 64)\n",
-              FormatBytes(static_cast<double>(available)).c_str());
+  std::printf(
+      "(auto: 70%% of the %s available now; max context 4096, prefill chunk 64)\n"
+      "GB/token: the streamed trunk and the experts the cache misses (its hit rate taken as the\n"
+      "share of experts it holds); s/token: those bytes at the disk rate, a decode step's I/O "
+      "floor\ndisk rate: %s\n",
+      FormatBytes(static_cast<double>(available)).c_str(), rate_note.c_str());
 }
 
 int RunInspect(const std::vector<std::string>& positional) {
@@ -134,7 +168,7 @@ const Subcommand& InspectCommand() {
   static const Subcommand kCommand = {
       kName,
       "show what a checkpoint holds, check that it is complete, and what each preset gives",
-      "inspect --model DIR",
+      "inspect --model DIR [--disk-gbps X]",
       "Shows what a checkpoint holds: its config, bytes by kind (embedding, attention, router,\n"
       "shared and routed experts, ...), expert size and whether each expert is one contiguous\n"
       "read. Opening the checkpoint checks every header and that every tensor the config needs\n"
@@ -142,8 +176,10 @@ const Subcommand& InspectCommand() {
       "Then, for every memory preset (ultra ... max, and auto = 70% of the RAM available now):\n"
       "the RAM budget, the trunk layers it pins (the others stream through a ring every token)\n"
       "and the routed experts its cache holds, at the default --max-context 4096 and\n"
-      "--prefill-chunk 64.",
-      {"model"},
+      "--prefill-chunk 64; and what a decode token would read (streamed trunk plus the experts\n"
+      "the cache misses, its hit rate taken as the share of experts it holds) and take at the\n"
+      "disk's rate: --disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).",
+      {"model", "disk-gbps"},
       RunInspect};
   return kCommand;
 }

@@ -19,9 +19,12 @@ ABSL_FLAG(std::string, dtype, "release",
 ABSL_FLAG(bool, force, false, "Overwrite an existing model in the output directory.");
 ABSL_FLAG(bool, quiet, false, "No progress bars or per-step tables.");
 ABSL_FLAG(std::string, out_json, "", "Also write the results as JSON to this file.");
+ABSL_FLAG(double, disk_gbps, 0,
+          "Disk read rate in GB/s for the forecasts (0 = measure it as k3 doctor does).");
 ABSL_FLAG(std::string, out_csv, "", "Also write the results as CSV to this file.");
-ABSL_FLAG(std::vector<std::string>, queue_depth, {},
-          "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
+ABSL_FLAG(
+    std::vector<std::string>, queue_depth, {},
+    "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
 ABSL_FLAG(std::vector<std::string>, storage_profile, {},
           "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
           "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");

@@ -18,6 +18,7 @@ ABSL_DECLARE_FLAG(bool, force);
 ABSL_DECLARE_FLAG(bool, quiet);
 // Shared by several subcommands (generate, bench, cache-sim, doctor).
 ABSL_DECLARE_FLAG(std::string, out_json);
+ABSL_DECLARE_FLAG(double, disk_gbps);
 ABSL_DECLARE_FLAG(std::string, out_csv);
 ABSL_DECLARE_FLAG(std::vector<std::string>, queue_depth);
 ABSL_DECLARE_FLAG(std::vector<std::string>, storage_profile);

@@ -148,7 +148,11 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
                            {"minimum_bytes", engine.plan().minimum_bytes},
                            {"cache_bytes", engine.plan().cache_bytes},
                            {"pinned_trunk_bytes", engine.plan().pinned_trunk_bytes},
-                           {"streamed_layers", engine.plan().streamed_layers()}};
+                           {"streamed_layers", engine.plan().streamed_layers()},
+                           {"ring_bytes", engine.plan().ring_slots * engine.plan().ring_slot_bytes},
+                           {"embedding_resident", engine.plan().embedding_resident},
+                           {"lm_head_resident", engine.plan().lm_head_resident},
+                           {"routers_resident", engine.plan().routers_resident}};
   nlohmann::json by_distance = nlohmann::json::array();
   for (const PrefetchAccuracy& a : engine.prefetch_accuracy()) {
     by_distance.push_back({{"distance", a.distance},

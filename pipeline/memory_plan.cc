@@ -67,9 +67,15 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   plan.pinned_trunk_bytes = f.trunk_bytes();
   if (WholeTrunk(f) <= room) return WholeTrunk(f);
   if (f.ring_bytes() > room) return UINT64_MAX;
-  uint64_t used = f.ring_bytes();
+  // A deeper ring before anything is pinned: while a layer's experts and attention compute, the
+  // ring reads on, up to a typical layer ahead (a ring of the minimum's few pieces leaves the
+  // disk idle through that compute). Each slot then costs less than the time it hides.
   plan.ring_slots = f.ring_slots;
+  while (plan.ring_slots < f.deep_ring_slots && (plan.ring_slots + 1) * f.ring_slot_bytes <= room) {
+    ++plan.ring_slots;
+  }
   plan.ring_slot_bytes = f.ring_slot_bytes;
+  uint64_t used = plan.ring_slots * f.ring_slot_bytes;
   plan.routers_resident = used + f.all_router_bytes() <= room;
   plan.router_bytes = plan.routers_resident ? f.all_router_bytes() : 0;
   used += plan.router_bytes;
@@ -182,8 +188,18 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
   if (widened) f.ring_slot_bytes += 2 * largest_piece;
   f.ring_slots = ring.slots > 0 ? std::max(2, ring.slots) : kDefaultRingSlots;
+  f.deep_ring_slots = f.ring_slots;
+  if (ring.slots == 0 && !f.layer_bytes.empty()) {
+    std::vector<uint64_t> sorted = f.layer_bytes;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const uint64_t typical = sorted[sorted.size() / 2];
+    f.deep_ring_slots =
+        std::clamp<int>(static_cast<int>(typical / f.piece_bytes) + 2, f.ring_slots, kMaxRingSlots);
+  }
 
   const int64_t moe_layers = c.num_layers - std::min(c.num_layers, c.first_k_dense_replace);
+  f.moe_layers = moe_layers;
+  f.expert_bytes = static_cast<uint64_t>(c.expert_bytes());
   f.expert_slot_bytes = io::AlignUp(static_cast<uint64_t>(c.expert_bytes())) + io::kDirectAlignment;
   f.all_experts_bytes = f.expert_slot_bytes * static_cast<uint64_t>(moe_layers * c.num_experts);
   f.experts_per_token = c.num_experts_per_token;
@@ -209,11 +225,30 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
                                   static_cast<uint64_t>(c.num_experts_per_token) *
                                       (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
                                   static_cast<uint64_t>(c.num_experts));
-  const uint64_t embedding_row = f.embedding_bytes / std::max<int64_t>(1, c.vocab_size);
+  if (const TensorInfo* e = ckpt.Find(ckpt.names().Global("model.embed_tokens.weight"))) {
+    f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
+  }
+  const uint64_t embedding_row = f.embedding_row_bytes;
   f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size +
                    kEmbeddingRowsPerRead * (io::AlignUp(embedding_row) + io::kDirectAlignment) +
                    (8u << 20);
   return f;
+}
+
+ReadForecast ForecastReads(const ModelFootprint& f, const MemoryPlan& plan) {
+  ReadForecast r;
+  for (size_t l = 0; l < f.layer_bytes.size(); ++l) {
+    if (!plan.pinned[l]) {
+      r.trunk_bytes += f.layer_bytes[l] + (plan.routers_resident ? 0 : f.router_bytes[l]);
+    }
+  }
+  if (!plan.lm_head_resident) r.trunk_bytes += f.lm_head_bytes;
+  if (!plan.embedding_resident) r.trunk_bytes += f.embedding_row_bytes;
+  const int64_t experts = static_cast<int64_t>(f.all_experts_bytes / f.expert_slot_bytes);
+  r.hit_rate = experts > 0 ? std::min(1.0, static_cast<double>(plan.cache_slots) / experts) : 0;
+  r.expert_bytes = (1 - r.hit_rate) * static_cast<double>(f.experts_per_token * f.moe_layers) *
+                   static_cast<double>(f.expert_bytes);
+  return r;
 }
 
 const std::vector<std::string>& MemoryPresetNames() {

@@ -32,25 +32,31 @@ struct MemoryRequest {
 // The trunk ring: `slots` slots of one piece each. A piece is up to `piece_bytes` of
 // consecutive rows of one matrix (a matrix used row by row is one piece, whatever its size).
 struct RingOptions {
-  uint64_t piece_bytes =
-      0;          // 0: kDefaultPieceBytes, or less for a model whose matrices are smaller
-  int slots = 0;  // 0: kDefaultRingSlots; at least 2
+  // 0: kDefaultPieceBytes, or less for a model whose matrices are smaller.
+  uint64_t piece_bytes = 0;
+  // 0: kDefaultRingSlots at the minimum, up to a typical layer ahead as the budget allows.
+  int slots = 0;
 };
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
-inline constexpr int kDefaultRingSlots = 4;
+inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
+inline constexpr int kMaxRingSlots = 64;
 // Embedding rows read at once when the embedding is not resident (their buffers are planned).
 inline constexpr int kEmbeddingRowsPerRead = 16;
 
 // The memory-relevant sizes of one checkpoint.
 struct ModelFootprint {
   uint64_t embedding_bytes = 0;
+  uint64_t embedding_row_bytes = 0;  // one token's row as stored
   uint64_t lm_head_bytes = 0;
   uint64_t vector_bytes = 0;           // every norm and small vector, as fp32 (resident)
   std::vector<uint64_t> router_bytes;  // per layer (0 for dense layers)
   std::vector<uint64_t> layer_bytes;   // per layer: its matrices but the router, in RAM
   uint64_t piece_bytes = 0;            // the ring's piece size in effect
   uint64_t ring_slot_bytes = 0;        // one ring slot (aligned read of a piece + widening)
-  int ring_slots = 0;
+  int ring_slots = 0;                  // the minimum's ring
+  int deep_ring_slots = 0;    // the ring once the budget allows: a typical layer read ahead
+  uint64_t expert_bytes = 0;  // one routed expert as stored
+  int64_t moe_layers = 0;
   uint64_t expert_slot_bytes = 0;  // one expert's cache slot (bytes plus alignment)
   uint64_t all_experts_bytes = 0;  // every routed expert in slots
   int64_t experts_per_token = 0;   // top-k
@@ -96,6 +102,18 @@ struct MemoryPlan {
   // The plan as the lines printed at start.
   std::string Describe() const;
 };
+
+// What one decode token reads under a plan, by the plan's arithmetic: every streamed trunk
+// byte, an embedding row when it is not resident, and the routed experts the cache misses, with
+// the hit rate taken as the share of all experts the cache holds (as if routing were uniform;
+// on real traces the default policy does better, docs/CACHE.md).
+struct ReadForecast {
+  uint64_t trunk_bytes = 0;
+  double hit_rate = 0;
+  double expert_bytes = 0;
+  double total_bytes() const { return static_cast<double>(trunk_bytes) + expert_bytes; }
+};
+ReadForecast ForecastReads(const ModelFootprint& footprint, const MemoryPlan& plan);
 
 // Names of the presets, smallest first, and the fraction of the whole model each stands for
 // (scaled from the budgets they mean for Kimi K3: laptop 7.8 GB, for 8 GB of peak RSS with the

@@ -1,0 +1,34 @@
+// The disk's read rate as `k3 doctor` measures it (random 16 MiB reads, 4 in flight, for a few
+// seconds, through the engine's own read path), shared with `k3 inspect`'s forecasts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/checkpoint.h"
+
+namespace k3::cli {
+
+inline constexpr uint64_t kReadBytes = 16 << 20;  // one read, as large as an expert group
+inline constexpr int kReadsInFlight = 4;
+inline constexpr double kMeasureSeconds = 2.5;
+
+struct ReadRate {
+  std::string path;
+  uint64_t read_bytes = 0;  // per read: 16 MiB, or the whole file when it is smaller
+  bool direct = false;
+  double bytes_per_second = 0;
+  double seconds = 0;
+};
+
+// The largest shard: the longest run of 16 MiB reads without wrapping.
+std::string LargestShard(const Checkpoint& ckpt);
+
+// Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
+absl::StatusOr<ReadRate> MeasureReads(const std::string& path);
+
+// Whether most of the file is holes (a sparse checkpoint: its reads run at memory speed).
+bool MostlyHoles(const std::string& path);
+
+}  // namespace k3::cli
