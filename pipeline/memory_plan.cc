@@ -54,8 +54,9 @@ uint64_t WholeTrunk(const ModelFootprint& f) {
 }
 
 // Places the routers, the layers' matrices and lm_head in `room`: all of them without a ring
-// when they fit; otherwise a ring first, then the routers, then each layer in order and lm_head
-// where it fits. Returns the bytes used; UINT64_MAX when not even the ring fits.
+// when they fit; otherwise the minimum's ring, the routers, a deeper ring, then each layer in
+// order and lm_head where it fits. Returns the bytes used; UINT64_MAX when not even the ring
+// fits.
 uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   const size_t layers = f.layer_bytes.size();
   plan.pinned.assign(layers, true);
@@ -67,18 +68,19 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   plan.pinned_trunk_bytes = f.trunk_bytes();
   if (WholeTrunk(f) <= room) return WholeTrunk(f);
   if (f.ring_bytes() > room) return UINT64_MAX;
-  // A deeper ring before anything is pinned: while a layer's experts and attention compute, the
-  // ring reads on, up to a typical layer ahead (a ring of the minimum's few pieces leaves the
-  // disk idle through that compute). Each slot then costs less than the time it hides.
-  plan.ring_slots = f.ring_slots;
-  while (plan.ring_slots < f.deep_ring_slots && (plan.ring_slots + 1) * f.ring_slot_bytes <= room) {
-    ++plan.ring_slots;
-  }
-  plan.ring_slot_bytes = f.ring_slot_bytes;
-  uint64_t used = plan.ring_slots * f.ring_slot_bytes;
+  uint64_t used = f.ring_bytes();
   plan.routers_resident = used + f.all_router_bytes() <= room;
   plan.router_bytes = plan.routers_resident ? f.all_router_bytes() : 0;
   used += plan.router_bytes;
+  // A deeper ring before anything is pinned: while a layer's experts and attention compute, the
+  // ring reads on, up to a typical layer ahead (the minimum's few pieces would leave the disk
+  // idle through that compute).
+  plan.ring_slots = f.ring_slots;
+  plan.ring_slot_bytes = f.ring_slot_bytes;
+  while (plan.ring_slots < f.deep_ring_slots && used + f.ring_slot_bytes <= room) {
+    ++plan.ring_slots;
+    used += f.ring_slot_bytes;
+  }
   plan.pinned_trunk_bytes = 0;
   for (size_t l = 0; l < layers; ++l) {
     // A pinned layer keeps its own router when the routers are not resident as a whole.
