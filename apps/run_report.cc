@@ -106,11 +106,12 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                d.seconds > 0 ? static_cast<double>(decoded) / d.seconds : 0.0);
   std::fprintf(stderr,
                "decode: read %.3f GB/token (experts: demand %.3f, prefetch used %.3f, wasted "
-               "%.3f; trunk %.3f GB), stall %.3f s of %.3f s, disk busy %.0f%%, hit rate "
+               "%.3f; trunk %.3f GB), stall %.3f s (trunk %.3f) of %.3f s, disk busy %.0f%%, "
+               "hit rate "
                "%.1f%%, prefetch precision %.2f recall %.2f\n",
                decoded ? Gb(AllBytes(d)) / decoded : 0.0, Gb(d.expert_demand_bytes),
                Gb(d.expert_prefetch_used_bytes), Gb(d.expert_prefetch_wasted_bytes),
-               Gb(d.trunk_bytes), d.io_wait_seconds, d.seconds,
+               Gb(d.trunk_bytes), d.io_wait_seconds, d.trunk_wait_seconds, d.seconds,
                d.seconds > 0 ? 100 * d.disk_busy_seconds / d.seconds : 0.0, 100 * d.hit_rate(),
                d.prefetch_precision(), d.prefetch_recall());
   for (const PrefetchAccuracy& a : engine.prefetch_accuracy()) {

@@ -16,6 +16,7 @@ void StepMetrics::Add(const StepMetrics& o) {
   tokens += o.tokens;
   seconds += o.seconds;
   io_wait_seconds += o.io_wait_seconds;
+  trunk_wait_seconds += o.trunk_wait_seconds;
   disk_busy_seconds += o.disk_busy_seconds;
   expert_demand_bytes += o.expert_demand_bytes;
   expert_prefetch_used_bytes += o.expert_prefetch_used_bytes;
@@ -47,6 +48,7 @@ nlohmann::json StepMetrics::ToJson() const {
   return {{"tokens", tokens},
           {"seconds", seconds},
           {"io_wait_seconds", io_wait_seconds},
+          {"trunk_wait_seconds", trunk_wait_seconds},
           {"disk_busy_fraction", seconds > 0 ? disk_busy_seconds / seconds : 0},
           {"bytes_read",
            {{"expert_demand", expert_demand_bytes},

@@ -285,7 +285,7 @@ std::string MemoryPlan::Describe() const {
       absl::StrFormat("memory plan (%s): budget %s, minimum %s, whole model %s\n", source,
                       Gb(budget_bytes), Gb(minimum_bytes), Gb(everything_bytes));
   auto line = [&s](const char* part, const std::string& bytes, const std::string& note) {
-    absl::StrAppendFormat(&s, "  %-20s %10s  %s\n", part, bytes, note);
+    absl::StrAppendFormat(&s, "  %-20s %10s%s\n", part, bytes, note.empty() ? "" : "  " + note);
   };
   line("embedding", Gb(embedding_bytes),
        embedding_resident ? "(resident)" : "(rows read on demand)");

@@ -344,6 +344,7 @@ void TrunkStreamer::TakeMetrics(StepMetrics& m) {
   std::lock_guard<std::mutex> lock(mu_);
   m.trunk_bytes += bytes_read_;
   m.io_wait_seconds += wait_seconds_;
+  m.trunk_wait_seconds += wait_seconds_;
   m.trunk_pieces_out_of_order += out_of_order_ - out_of_order_reported_;
   bytes_read_ = 0;
   wait_seconds_ = 0;
