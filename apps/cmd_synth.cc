@@ -22,6 +22,8 @@ int RunSynth(const std::vector<std::string>& positional) {
   opt.seed = absl::GetFlag(FLAGS_seed);
   opt.router_skew = absl::GetFlag(FLAGS_router_skew);
   opt.show_progress = ShowProgress();
+  opt.sparse = absl::GetFlag(FLAGS_sparse);
+  opt.single_file = absl::GetFlag(FLAGS_single_file);
   if (opt.out_dir.empty()) return UsageError(kName, "--out DIR is required");
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f16") {
@@ -47,13 +49,23 @@ int RunSynth(const std::vector<std::string>& positional) {
   if (!result.ok()) return ReportError(kName, result.status());
   const ModelConfig& c = result->config;
   if (!absl::GetFlag(FLAGS_quiet)) {
-    std::fprintf(stderr,
-                 "k3 synth: wrote %s preset (seed %llu) to %s: %d shards, %s in %.2f s (%s/s)\n"
-                 "  hidden %lld, %lld layers, vocab %lld, %lld experts top-%lld, expert %s\n",
+    const std::string data = FormatBytes(static_cast<double>(result->bytes_written));
+    std::fprintf(stderr, "k3 synth: wrote %s preset (seed %llu) to %s: %d %s, %s in %.2f s",
                  opt.preset.c_str(), static_cast<unsigned long long>(opt.seed), opt.out_dir.c_str(),
-                 result->shards, FormatBytes(static_cast<double>(result->bytes_written)).c_str(),
-                 result->seconds,
-                 FormatBytes(result->bytes_written / std::max(result->seconds, 1e-9)).c_str(),
+                 result->shards, result->shards == 1 ? "file" : "shards",
+                 opt.sparse ? (data + " apparent (sparse)").c_str() : data.c_str(),
+                 result->seconds);
+    if (!opt.sparse) {
+      std::fprintf(stderr, " (%s/s)",
+                   FormatBytes(result->bytes_written / std::max(result->seconds, 1e-9)).c_str());
+    }
+    std::fprintf(stderr,
+                 "\n  %lld language-model tensors%s; hidden %lld, %lld layers, vocab %lld, %lld "
+                 "experts top-%lld, expert %s\n",
+                 static_cast<long long>(result->language_tensors),
+                 result->other_tensors > 0
+                     ? absl::StrCat(" and ", result->other_tensors, " vision placeholders").c_str()
+                     : "",
                  static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_layers),
                  static_cast<long long>(c.vocab_size), static_cast<long long>(c.num_experts),
                  static_cast<long long>(c.num_experts_per_token),
@@ -68,14 +80,27 @@ const Subcommand& SynthCommand() {
   static const Subcommand kCommand = {
       kName,
       "write a random-weight checkpoint in the release layout",
-      "synth --preset tiny|demo|bench --out DIR [--seed N] [--set key=value ...]",
+      "synth --preset tiny|demo|bench|full --out DIR [--sparse] [--single-file] [--seed N] "
+      "[--set key=value ...]",
       "Writes a random-weight checkpoint in the released Kimi K3 layout.\n"
       "Nested config.json, one safetensors shard per layer plus one for the embedding and\n"
       "lm_head, model.safetensors.index.json, MXFP4 experts with their six tensors adjacent, and\n"
-      "a small tokenizer (tiktoken.model, tokenizer_config.json). The same preset, seed and\n"
-      "overrides give the same bytes. Presets: tiny (tests), demo (make run, ~150 MB), bench\n"
-      "(real 17.5 MB experts, ~16 GB).",
-      {"preset", "out", "seed", "set", "router-skew", "dtype", "force", "quiet"},
+      "a small tokenizer (tiktoken.model, tokenizer_config.json; with the vocabulary's top 256\n"
+      "ids reserved for special tokens). The same preset, seed and overrides give the same\n"
+      "bytes. Presets: tiny (tests), demo (make run, ~150 MB), bench (real 17.5 MB experts,\n"
+      "~16 GB), full (Kimi K3's exact text config, 1.56 TB: use --sparse).\n"
+      "full writes the release's files: 96 shards model-000NN-of-000096.safetensors (layer L in\n"
+      "shard L+1, the embedding, lm_head and final norms in 94), and in shards 95-96 168\n"
+      "vision_tower.*/mm_projector.* tensors, so the index lists 497,220 tensors (497,052 of\n"
+      "the language model) with the release's metadata.total_size. The vision names and shapes\n"
+      "are placeholders; the engine ignores them.\n"
+      "--sparse writes headers only and leaves the tensor data as file holes, which read as\n"
+      "zeros (full: 1.56 TB apparent, ~140 MB on disk; a zero E8M0 scale is 2^-127, legal,\n"
+      "unlike the 0xFF NaN code). A sparse checkpoint tests opening, planning, RSS and the\n"
+      "compute path at real dimensions, not arithmetic and not disk speed.\n"
+      "--single-file writes the language model as one model.safetensors, no index.",
+      {"preset", "out", "seed", "set", "router-skew", "dtype", "sparse", "single-file", "force",
+       "quiet"},
       RunSynth};
   return kCommand;
 }

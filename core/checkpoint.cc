@@ -2,49 +2,28 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/numeric.h"
-#include "nlohmann/json.hpp"
+#include "core/tokenizer/absl_compat.h"
 
 namespace k3 {
 namespace {
 
-using json = nlohmann::json;
+using tokenizer_internal::Av;
 
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr char kSingleFile[] = "model.safetensors";
+// Headers and the index are read through one window this size: small enough to stay in cache
+// and to cost nothing to allocate, large enough that reads are few.
+constexpr size_t kWindowBytes = 256 << 10;
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   return absl::StrCat(dir, "/", name);
 }
 
-// Reads model.safetensors.index.json: the shard file of every tensor name.
-absl::StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) {
-  auto text = io::ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  json root = json::parse(*text, nullptr, false);
-  if (root.is_discarded() || !root.is_object()) {
-    return absl::DataLossError(absl::StrCat(path, ": not a JSON object"));
-  }
-  auto map = root.find("weight_map");
-  if (map == root.end() || !map->is_object()) {
-    return absl::DataLossError(absl::StrCat(path, ": no \"weight_map\" object"));
-  }
-  std::map<std::string, std::string> out;
-  for (const auto& [name, file] : map->items()) {
-    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-      return absl::DataLossError(absl::StrCat(path, ": weight_map entry for ", name,
-                                              " is not a file name in the directory"));
-    }
-    out[name] = file.get<std::string>();
-  }
-  return out;
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
+std::string ShapeText(std::span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
@@ -75,6 +54,25 @@ bool RoleAccepts(TensorRole role, DType dtype) {
 
 }  // namespace
 
+// What model.safetensors.index.json says, kept as compactly as the tensors themselves.
+struct Checkpoint::IndexScan {
+  std::vector<std::string> files;   // by id, in order of first mention
+  std::vector<uint16_t> part_file;  // [slot]: file id + 1 of an expert part; 0: not listed
+  std::vector<std::pair<std::string, uint16_t>> others;  // every other name, with its file id
+};
+
+class Checkpoint::HeaderSink : public SafetensorsSink {
+ public:
+  HeaderSink(Checkpoint& c, int shard) : c_(c), shard_(shard) {}
+  absl::Status Add(const TensorEntry& e) override {
+    return c_.AddTensor(e.name, e.dtype, e.shape, shard_, e.file_offset, e.byte_size);
+  }
+
+ private:
+  Checkpoint& c_;
+  int shard_;
+};
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
   if (!io::IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat("model directory ", dir, " does not exist"));
@@ -86,27 +84,179 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   ckpt->config_ = *std::move(config);
   if (absl::Status s = ckpt->LoadShards(); !s.ok()) return s;
   if (absl::Status s = ckpt->CheckTensors(); !s.ok()) return s;
-  if (absl::Status s = ckpt->LocateExperts(); !s.ok()) return s;
+  ckpt->LocateExperts();
   return ckpt;
 }
 
+int64_t Checkpoint::SlotOf(const ExpertName& n, std::string_view prefix) const {
+  if (n.prefix != prefix || n.layer < config_.first_k_dense_replace ||
+      n.layer >= config_.num_layers || n.expert >= config_.num_experts) {
+    return -1;
+  }
+  return static_cast<int64_t>(Slot(n.layer, n.expert, n.part));
+}
+
+int64_t Checkpoint::NoteExpertName(std::string_view name, ExpertName* n) {
+  if (!ParseExpertName(name, n)) return -1;
+  if (!expert_prefix_set_) {  // the first part seen, in the index or a header, decides
+    expert_prefix_ = n->prefix;
+    expert_prefix_set_ = true;
+  }
+  return SlotOf(*n, expert_prefix_);
+}
+
+absl::Status Checkpoint::Duplicate(std::string_view name, int first, int second) const {
+  if (first == second) {
+    return absl::DataLossError(absl::StrCat(shard_paths_[second],
+                                            ": corrupt safetensors header: tensor ", Av(name),
+                                            " is listed twice"));
+  }
+  return absl::DataLossError(absl::StrCat("tensor ", Av(name), " is in both ", shard_paths_[first],
+                                          " and ", shard_paths_[second]));
+}
+
+absl::Status Checkpoint::AddTensor(std::string_view name, DType dtype,
+                                   std::span<const int64_t> shape, int shard, uint64_t offset,
+                                   uint64_t size) {
+  ExpertName n;
+  const int64_t slot = NoteExpertName(name, &n);
+  if (slot >= 0 && part_shard_[slot] >= 0) return Duplicate(name, part_shard_[slot], shard);
+  if (slot >= 0 && dtype == DType::kU8 && std::ranges::equal(shape, part_shape_[n.part])) {
+    if (listed_expert_names_ > 0) {
+      if (const TensorInfo* t = FindListed(name); t != nullptr) {
+        return Duplicate(name, t->shard, shard);
+      }
+    }
+    part_shard_[slot] = shard;
+    experts_[n.layer * config_.num_experts + n.expert].part_offset[n.part] = offset;
+    ++expert_part_count_;
+    return absl::OkStatus();
+  }
+  listed_.push_back({std::string(name), dtype, {shape.begin(), shape.end()}, shard, offset, size});
+  auto [it, inserted] = by_name_.emplace(listed_.back().name, listed_.size() - 1);
+  if (!inserted) {
+    listed_.pop_back();
+    return Duplicate(name, listed_[it->second].shard, shard);
+  }
+  listed_expert_names_ += slot >= 0;
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::ScanIndex(const std::string& path, std::span<char> window,
+                                   IndexScan& index) {
+  auto file = io::RandomAccessFile::Open(path);
+  if (!file.ok()) return file.status();
+  JsonStream json = ReadJsonFrom(**file, 0, (*file)->size(), window);
+  auto error = [&](std::string_view what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", Av(what)));
+  };
+  auto invalid = [&] { return error(absl::StrCat("not valid JSON (", json.error(), ")")); };
+  if (json.Peek() != JsonStream::Type::kObject) {
+    if (!json.SkipValue() || !json.Finish()) return invalid();
+    return error("not a JSON object");
+  }
+  index.part_file.assign(part_shard_.size(), 0);
+  absl::flat_hash_map<std::string, uint16_t> ids;
+  bool has_map = false;
+  std::string key, name, shard_file;
+  json.BeginObject();
+  while (json.NextMember(key)) {
+    if (key != "weight_map" || json.Peek() != JsonStream::Type::kObject) {
+      if (key == "weight_map") has_map = false;
+      json.SkipValue();
+      continue;
+    }
+    has_map = true;
+    json.BeginObject();
+    while (json.NextMember(name)) {
+      if (json.Peek() != JsonStream::Type::kString) {
+        if (!json.SkipValue()) break;
+        return error(
+            absl::StrCat("weight_map entry for ", name, " is not a file name in the directory"));
+      }
+      if (!json.ReadString(shard_file)) break;
+      if (shard_file.find('/') != std::string::npos) {
+        return error(
+            absl::StrCat("weight_map entry for ", name, " is not a file name in the directory"));
+      }
+      auto [it, fresh] = ids.try_emplace(shard_file, static_cast<uint16_t>(index.files.size()));
+      if (fresh) {
+        if (index.files.size() == UINT16_MAX) return error("names more than 65,535 shards");
+        index.files.push_back(shard_file);
+      }
+      ExpertName n;
+      if (const int64_t slot = NoteExpertName(name, &n); slot >= 0) {
+        index.part_file[slot] = static_cast<uint16_t>(it->second + 1);
+      } else {
+        index.others.emplace_back(name, it->second);
+      }
+    }
+  }
+  if (!json.ok() || !json.Finish()) return invalid();
+  if (!has_map) return error("no \"weight_map\" object");
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::CheckIndex(const std::string& path, const IndexScan& index,
+                                    std::span<const int> shard_of_file) const {
+  auto in_shard = [&](std::string_view name, int shard) {
+    const TensorInfo* t = FindListed(name);
+    if (t != nullptr) return t->shard == shard;
+    ExpertName n;
+    if (!ParseExpertName(name, &n)) return false;
+    const int64_t slot = SlotOf(n, expert_prefix_);
+    return slot >= 0 && part_shard_[slot] == shard;
+  };
+  auto refuse = [&](std::string_view name, uint16_t file) {
+    return absl::DataLossError(absl::StrCat(path, " places tensor ", Av(name), " in ",
+                                            index.files[file],
+                                            ", but that shard's header does not list it"));
+  };
+  const TensorNames names(expert_prefix_);
+  for (int64_t l = config_.first_k_dense_replace; l < config_.num_layers; ++l) {
+    for (int64_t e = 0; e < config_.num_experts; ++e) {
+      for (int part = 0; part < 6; ++part) {
+        const size_t slot = Slot(l, e, part);
+        if (index.part_file[slot] == 0) continue;
+        const int shard = shard_of_file[index.part_file[slot] - 1];
+        if (part_shard_[slot] == shard) continue;
+        const std::string name = names.Expert(l, e, part);  // a rare path: listed, or absent
+        if (!in_shard(name, shard)) return refuse(name, index.part_file[slot] - 1);
+      }
+    }
+  }
+  for (const auto& [name, file] : index.others) {
+    if (!in_shard(name, shard_of_file[file])) return refuse(name, file);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Checkpoint::LoadShards() {
-  std::map<std::string, std::string> index;
+  const ModelConfig& c = config_;
+  experts_.assign(c.num_layers * c.num_experts, {});
+  part_shard_.assign(experts_.size() * 6, -1);
+  const std::vector<TensorSpec> specs = ExpertTensorSpecs(c, names_, 0, 0);
+  for (int part = 0; part < 6; ++part) part_shape_[part] = specs[part].shape;
+
+  std::vector<char> window(kWindowBytes);
+  IndexScan index;
+  std::vector<int> shard_of_file;
   const std::string index_path = JoinPath(dir_, kIndexFile);
-  if (io::FileExists(index_path)) {
-    auto parsed = ReadIndex(index_path);
-    if (!parsed.ok()) return parsed.status();
-    index = *std::move(parsed);
-    std::vector<std::string> files;
-    for (const auto& [name, file] : index) files.push_back(file);
+  const bool has_index = io::FileExists(index_path);
+  if (has_index) {
+    if (absl::Status s = ScanIndex(index_path, window, index); !s.ok()) return s;
+    std::vector<std::string> files = index.files;
     std::sort(files.begin(), files.end());
-    files.erase(std::unique(files.begin(), files.end()), files.end());
     for (const std::string& f : files) {
       if (!io::FileExists(JoinPath(dir_, f))) {
         return absl::NotFoundError(
             absl::StrCat(index_path, " names shard ", f, ", which does not exist"));
       }
       shard_paths_.push_back(JoinPath(dir_, f));
+    }
+    for (const std::string& f : index.files) {
+      shard_of_file.push_back(
+          static_cast<int>(std::lower_bound(files.begin(), files.end(), f) - files.begin()));
     }
   } else if (io::FileExists(JoinPath(dir_, kSingleFile))) {
     shard_paths_.push_back(JoinPath(dir_, kSingleFile));
@@ -125,41 +275,56 @@ absl::Status Checkpoint::LoadShards() {
     }
     auto length = ParseHeaderLength(prefix, f.size(), f.path());
     if (!length.ok()) return length.status();
-    std::string header(*length, '\0');
-    if (absl::Status s = f.ReadAt(8, {reinterpret_cast<uint8_t*>(header.data()), header.size()});
+    HeaderSink sink(*this, static_cast<int>(shard));
+    if (absl::Status s =
+            ScanSafetensorsHeader(HeaderSource(f, *length, window), f.size(), f.path(), sink);
         !s.ok()) {
       return s;
-    }
-    auto tensors = ParseSafetensorsHeader(header, f.size(), static_cast<int>(shard), f.path());
-    if (!tensors.ok()) return tensors.status();
-    for (TensorInfo& t : *tensors) {
-      auto [it, inserted] = by_name_.emplace(t.name, tensors_.size());
-      if (!inserted) {
-        return absl::DataLossError(absl::StrCat("tensor ", t.name, " is in both ",
-                                                shard_paths_[tensors_[it->second].shard], " and ",
-                                                f.path()));
-      }
-      tensors_.push_back(std::move(t));
     }
     files_.push_back(*std::move(file));
   }
   // The index must agree with the headers it points at.
-  for (const auto& [name, file] : index) {
-    const TensorInfo* t = Find(name);
-    if (t == nullptr || shard_paths_[t->shard] != JoinPath(dir_, file)) {
-      return absl::DataLossError(absl::StrCat(index_path, " places tensor ", name, " in ", file,
-                                              ", but that shard's header does not list it"));
-    }
+  if (has_index) {
+    if (absl::Status s = CheckIndex(index_path, index, shard_of_file); !s.ok()) return s;
   }
   names_ = TensorNames(
-      Find("language_model.model.embed_tokens.weight") != nullptr ? "language_model." : "");
+      FindListed("language_model.model.embed_tokens.weight") != nullptr ? "language_model." : "");
+  if (expert_prefix_set_ && expert_prefix_ != names_.prefix()) KeepExpertsUnder(names_.prefix());
   return absl::OkStatus();
+}
+
+// Rare: the first expert part seen had another prefix than the embedding. The parts held so far
+// become listed tensors, and every listed part under the embedding's prefix takes a slot.
+void Checkpoint::KeepExpertsUnder(const std::string& prefix) {
+  std::deque<TensorInfo> all = std::move(listed_);
+  const TensorNames old_names(expert_prefix_);
+  for (int64_t l = config_.first_k_dense_replace; l < config_.num_layers; ++l) {
+    for (int64_t e = 0; e < config_.num_experts; ++e) {
+      for (int part = 0; part < 6; ++part) {
+        const size_t slot = Slot(l, e, part);
+        if (part_shard_[slot] < 0) continue;
+        const uint64_t offset = experts_[l * config_.num_experts + e].part_offset[part];
+        all.push_back({old_names.Expert(l, e, part), DType::kU8, part_shape_[part],
+                       part_shard_[slot], offset, PartBytes(part)});
+      }
+    }
+  }
+  listed_.clear();
+  by_name_.clear();
+  std::fill(part_shard_.begin(), part_shard_.end(), -1);
+  expert_part_count_ = 0;
+  listed_expert_names_ = 0;
+  expert_prefix_ = prefix;
+  for (const TensorInfo& t : all) {
+    // Every name was unique already, so this cannot fail.
+    (void)AddTensor(t.name, t.dtype, t.shape, t.shard, t.file_offset, t.byte_size);
+  }
 }
 
 absl::Status Checkpoint::CheckTensors() {
   TensorProblems problems;
   auto check = [&](const TensorSpec& spec) {
-    const TensorInfo* t = Find(spec.name);
+    const TensorInfo* t = FindListed(spec.name);
     if (t == nullptr) {
       problems.Add(absl::StrCat(spec.name, " is missing"));
       return;
@@ -178,34 +343,72 @@ absl::Status Checkpoint::CheckTensors() {
     }
   };
   for (const TensorSpec& spec : TrunkTensorSpecs(config_, names_)) check(spec);
+  // A part in its slot has the name, dtype and shape the config asks for; only the others
+  // need their name made and looked up.
   for (int64_t l = config_.first_k_dense_replace; l < config_.num_layers; ++l) {
     for (int64_t e = 0; e < config_.num_experts; ++e) {
-      for (const TensorSpec& spec : ExpertTensorSpecs(config_, names_, l, e)) check(spec);
+      for (int part = 0; part < 6; ++part) {
+        if (part_shard_[Slot(l, e, part)] < 0)
+          check(ExpertTensorSpecs(config_, names_, l, e)[part]);
+      }
     }
   }
   return problems.ToStatus(dir_);
 }
 
-absl::Status Checkpoint::LocateExperts() {
-  experts_.assign(config_.num_layers * config_.num_experts, {});
+void Checkpoint::LocateExperts() {
   for (int64_t l = config_.first_k_dense_replace; l < config_.num_layers; ++l) {
     for (int64_t e = 0; e < config_.num_experts; ++e) {
       ExpertLocation& loc = experts_[l * config_.num_experts + e];
       for (int part = 0; part < 6; ++part) {
-        const TensorInfo* t = Find(names_.Expert(l, e, part));
+        const int shard = part_shard_[Slot(l, e, part)];
+        const uint64_t offset = loc.part_offset[part];  // absolute until now
+        const uint64_t size = PartBytes(part);
         loc.part_offset[part] = loc.total_bytes;
-        loc.total_bytes += t->byte_size;
+        loc.total_bytes += size;
         ByteSpan* last = loc.spans.empty() ? nullptr : &loc.spans.back();
-        if (last != nullptr && last->shard == t->shard &&
-            last->offset + last->length == t->file_offset) {
-          last->length += t->byte_size;  // adjacent, as released: one read covers both
+        if (last != nullptr && last->shard == shard && last->offset + last->length == offset) {
+          last->length += size;  // adjacent, as released: one read covers both
         } else {
-          loc.spans.push_back({t->shard, t->file_offset, t->byte_size});
+          loc.spans.push_back({shard, offset, size});
         }
       }
     }
   }
-  return absl::OkStatus();
+  part_shard_ = {};  // the spans say it all now
+}
+
+uint64_t Checkpoint::PartBytes(int part) const {
+  uint64_t n = 1;
+  for (int64_t d : part_shape_[part]) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+TensorInfo Checkpoint::ExpertPart(int64_t layer, int64_t e, int part) const {
+  const ExpertLocation& loc = expert(layer, e);
+  uint64_t at = loc.part_offset[part];
+  const ByteSpan* span = &loc.spans.back();
+  for (const ByteSpan& s : loc.spans) {
+    if (at < s.length) {
+      span = &s;
+      break;
+    }
+    at -= s.length;
+  }
+  return {names_.Expert(layer, e, part),
+          DType::kU8,
+          part_shape_[part],
+          span->shard,
+          span->offset + at,
+          PartBytes(part)};
+}
+
+TensorInfo Checkpoint::TensorAt(size_t i) const {
+  if (i < listed_.size()) return listed_[i];
+  const size_t j = i - listed_.size();
+  const int64_t expert = static_cast<int64_t>(j / 6);
+  return ExpertPart(config_.first_k_dense_replace + expert / config_.num_experts,
+                    expert % config_.num_experts, static_cast<int>(j % 6));
 }
 
 uint64_t Checkpoint::total_bytes() const {
@@ -214,9 +417,19 @@ uint64_t Checkpoint::total_bytes() const {
   return total;
 }
 
+const TensorInfo* Checkpoint::FindListed(std::string_view full_name) const {
+  auto it = by_name_.find(full_name);
+  return it == by_name_.end() ? nullptr : &listed_[it->second];
+}
+
 const TensorInfo* Checkpoint::Find(std::string_view full_name) const {
-  auto it = by_name_.find(absl::string_view(full_name.data(), full_name.size()));
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+  if (const TensorInfo* t = FindListed(full_name); t != nullptr) return t;
+  ExpertName n;
+  if (!ParseExpertName(full_name, &n) || SlotOf(n, names_.prefix()) < 0) return nullptr;
+  std::lock_guard<std::mutex> lock(made_mu_);
+  auto [it, fresh] = made_.try_emplace(std::string(full_name));
+  if (fresh) it->second = ExpertPart(n.layer, n.expert, n.part);
+  return &it->second;
 }
 
 absl::Status Checkpoint::ReadTensor(const TensorInfo& tensor, std::span<uint8_t> out) const {

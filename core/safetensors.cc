@@ -6,19 +6,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/tokenizer/absl_compat.h"
 #include "nlohmann/json.hpp"
 
 namespace k3 {
 namespace {
 
-using json = nlohmann::json;
+using tokenizer_internal::Av;
 
 absl::Status Corrupt(std::string_view file, std::string_view what) {
-  return absl::DataLossError(
-      absl::StrCat(std::string(file), ": corrupt safetensors header: ", std::string(what)));
+  return absl::DataLossError(absl::StrCat(Av(file), ": corrupt safetensors header: ", Av(what)));
 }
 
-bool ParseDType(const std::string& s, DType* out) {
+bool ParseDType(std::string_view s, DType* out) {
   if (s == "BF16")
     *out = DType::kBF16;
   else if (s == "F16")
@@ -32,37 +32,102 @@ bool ParseDType(const std::string& s, DType* out) {
   return true;
 }
 
-// Parses one entry {dtype, shape, data_offsets}; offsets are relative to the data section.
-absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t data_start,
-                        uint64_t file_size, const std::string& file, TensorInfo* out) {
-  auto where = [&](const std::string& what) {
-    return Corrupt(file, absl::StrCat(name, ": ", what));
-  };
-  if (!entry.is_object()) return where("entry is not an object");
-  auto dtype = entry.find("dtype");
-  if (dtype == entry.end() || !dtype->is_string()) return where("missing dtype");
-  if (!ParseDType(dtype->get<std::string>(), &out->dtype)) {
-    return absl::DataLossError(absl::StrCat(file, ": tensor ", name, " has unsupported dtype ",
-                                            dtype->dump(), " (supported: BF16, F16, F32, U8)"));
+std::string ShapeText(std::span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// State reused from entry to entry, so that a header costs no allocation per tensor.
+struct EntryScratch {
+  std::string key;
+  std::string dtype;
+  std::vector<uint64_t> values;
+  std::vector<int64_t> shape;
+};
+
+// Reads an array into `values`; returns the position of the first element that is not a
+// non-negative integer (elements of other types are skipped), or values.size() if none.
+size_t ReadUnsignedArray(JsonStream& json, std::vector<uint64_t>& values) {
+  values.clear();
+  size_t first_bad = SIZE_MAX;
+  json.BeginArray();
+  while (json.NextElement()) {
+    uint64_t v = 0;
+    bool is_unsigned = false;
+    if (json.Peek() == JsonStream::Type::kNumber) {
+      json.ReadNumber(&v, &is_unsigned);
+    } else {
+      json.SkipValue();
+    }
+    if (!is_unsigned && first_bad == SIZE_MAX) first_bad = values.size();
+    values.push_back(v);
   }
-  auto shape = entry.find("shape");
-  if (shape == entry.end() || !shape->is_array()) return where("missing shape");
-  out->shape.clear();
+  return std::min(first_bad, values.size());
+}
+
+// Reads one entry {dtype, shape, data_offsets} (other keys are skipped) and checks it on its
+// own; offsets in the file are relative to the data section at `data_start`.
+absl::Status ReadEntry(JsonStream& json, std::string_view name, uint64_t data_start,
+                       uint64_t file_size, std::string_view file, EntryScratch& s,
+                       TensorEntry* out) {
+  auto where = [&](std::string_view what) {
+    return Corrupt(file, absl::StrCat(Av(name), ": ", Av(what)));
+  };
+  auto invalid = [&] {
+    return Corrupt(file, absl::StrCat("header is not valid JSON (", json.error(), ")"));
+  };
+  if (json.Peek() != JsonStream::Type::kObject) {
+    if (!json.SkipValue()) return invalid();
+    return where("entry is not an object");
+  }
+  // Later keys win, as in a parsed JSON object.
+  bool has_dtype = false, has_shape = false, shape_ok = false, has_offsets = false;
+  uint64_t offsets[2] = {0, 0};
+  size_t bad_dim = 0;
+  json.BeginObject();
+  while (json.NextMember(s.key)) {
+    const JsonStream::Type type = json.Peek();
+    if (s.key == "dtype" && type == JsonStream::Type::kString) {
+      has_dtype = json.ReadString(s.dtype);
+    } else if (s.key == "shape" && type == JsonStream::Type::kArray) {
+      has_shape = true;
+      bad_dim = ReadUnsignedArray(json, s.values);
+      shape_ok = bad_dim == s.values.size();
+      s.shape.clear();
+      for (uint64_t v : s.values) {
+        s.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+      }
+    } else if (s.key == "data_offsets" && type == JsonStream::Type::kArray) {
+      has_offsets = ReadUnsignedArray(json, s.values) == 2 && s.values.size() == 2;
+      if (has_offsets) {
+        offsets[0] = s.values[0];
+        offsets[1] = s.values[1];
+      }
+    } else {
+      if (s.key == "dtype") has_dtype = false;
+      if (s.key == "shape") has_shape = false;
+      if (s.key == "data_offsets") has_offsets = false;
+      json.SkipValue();
+    }
+  }
+  if (!json.ok()) return invalid();
+  if (!has_dtype) return where("missing dtype");
+  if (!ParseDType(s.dtype, &out->dtype)) {
+    return absl::DataLossError(absl::StrCat(Av(file), ": tensor ", Av(name),
+                                            " has unsupported dtype ", JsonQuote(s.dtype),
+                                            " (supported: BF16, F16, F32, U8)"));
+  }
+  if (!has_shape) return where("missing shape");
+  if (!shape_ok) {
+    return where(absl::StrCat("bad shape: dimension ", bad_dim, " is not a non-negative integer"));
+  }
   uint64_t elements = 1;
-  for (const json& d : *shape) {
-    if (!d.is_number_unsigned()) return where(absl::StrCat("bad shape ", shape->dump()));
-    uint64_t v = d.get<uint64_t>();
+  for (int64_t d : s.shape) {
+    const uint64_t v = static_cast<uint64_t>(d);
     if (v != 0 && elements > (1ull << 48) / v) return where("shape too large");
     elements *= v;
-    out->shape.push_back(static_cast<int64_t>(v));
   }
-  auto offsets = entry.find("data_offsets");
-  if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
-      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-    return where("data_offsets must be two non-negative integers");
-  }
-  uint64_t begin = (*offsets)[0].get<uint64_t>();
-  uint64_t end = (*offsets)[1].get<uint64_t>();
+  if (!has_offsets) return where("data_offsets must be two non-negative integers");
+  const uint64_t begin = offsets[0], end = offsets[1];
   if (end < begin) {
     return where(absl::StrCat("data_offsets out of order [", begin, ", ", end, ")"));
   }
@@ -71,13 +136,71 @@ absl::Status ParseEntry(const std::string& name, const json& entry, uint64_t dat
                               ") run past the end of the file (", file_size - data_start,
                               " data bytes)"));
   }
-  if (end - begin != elements * DTypeSize(out->dtype)) {
-    return where(absl::StrCat("holds ", end - begin, " bytes but shape ", shape->dump(), " of ",
-                              DTypeName(out->dtype), " needs ", elements * DTypeSize(out->dtype)));
+  const uint64_t need = elements * DTypeSize(out->dtype);
+  if (end - begin != need) {
+    return where(absl::StrCat("holds ", end - begin, " bytes but shape ", ShapeText(s.shape),
+                              " of ", DTypeName(out->dtype), " needs ", need));
   }
   out->name = name;
+  out->shape = s.shape;
   out->file_offset = data_start + begin;
   out->byte_size = end - begin;
+  return absl::OkStatus();
+}
+
+// Where each tensor's bytes are, by its position in the header (for the overlap check).
+struct Extent {
+  uint64_t offset;
+  uint64_t size;
+  size_t ordinal;
+};
+
+// One pass over a header: every entry checked and handed to `sink` (when not null), their
+// extents collected when `extents` is not null, and names at `want` ordinals (sorted) copied.
+absl::Status Pass(const HeaderSource& header, uint64_t file_size, std::string_view file,
+                  SafetensorsSink* sink, bool* in_order, std::vector<Extent>* extents,
+                  std::vector<std::pair<size_t, std::string>>* want) {
+  JsonStream json = header.Open();
+  auto invalid = [&] {
+    return Corrupt(file, absl::StrCat("header is not valid JSON (", json.error(), ")"));
+  };
+  if (json.Peek() != JsonStream::Type::kObject) {
+    if (!json.SkipValue() || !json.Finish()) return invalid();
+    return Corrupt(file, "header JSON is not an object");
+  }
+  const uint64_t data_start = 8 + header.length();
+  EntryScratch scratch;
+  std::string name;
+  TensorEntry entry;
+  size_t ordinal = 0;
+  uint64_t last_end = 0;
+  auto wanted =
+      want != nullptr ? want->begin() : std::vector<std::pair<size_t, std::string>>::iterator();
+  json.BeginObject();
+  while (json.NextMember(name)) {
+    if (name == "__metadata__") {
+      if (!json.SkipValue()) return invalid();
+      continue;
+    }
+    if (absl::Status s = ReadEntry(json, name, data_start, file_size, file, scratch, &entry);
+        !s.ok()) {
+      return s;
+    }
+    if (sink != nullptr) {
+      if (absl::Status s = sink->Add(entry); !s.ok()) return s;
+    }
+    if (in_order != nullptr) {
+      // Writers list tensors by offset: then one comparison per tensor proves them disjoint.
+      if (entry.file_offset < last_end) *in_order = false;
+      last_end = std::max(last_end, entry.file_offset + entry.byte_size);
+    }
+    if (extents != nullptr) extents->push_back({entry.file_offset, entry.byte_size, ordinal});
+    if (want != nullptr && wanted != want->end() && wanted->first == ordinal) {
+      (wanted++)->second = name;
+    }
+    ++ordinal;
+  }
+  if (!json.ok() || !json.Finish()) return invalid();
   return absl::OkStatus();
 }
 
@@ -135,63 +258,120 @@ absl::StatusOr<uint64_t> ParseHeaderLength(const uint8_t prefix[8], uint64_t fil
   return n;
 }
 
+JsonStream ReadJsonFrom(const io::RandomAccessFile& file, uint64_t offset, uint64_t length,
+                        std::span<char> window) {
+  const io::RandomAccessFile* f = &file;
+  return JsonStream(
+      length,
+      [f, offset](std::span<char> buf) mutable -> absl::StatusOr<size_t> {
+        if (absl::Status s =
+                f->ReadAt(offset, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
+            !s.ok()) {
+          return s;
+        }
+        offset += buf.size();
+        return buf.size();
+      },
+      window);
+}
+
+JsonStream HeaderSource::Open() const {
+  return file_ == nullptr ? JsonStream(json_) : ReadJsonFrom(*file_, 8, length_, window_);
+}
+
+absl::Status ScanSafetensorsHeader(const HeaderSource& header, uint64_t file_size,
+                                   std::string_view file_name, SafetensorsSink& sink) {
+  bool in_order = true;
+  if (absl::Status s = Pass(header, file_size, file_name, &sink, &in_order, nullptr, nullptr);
+      !s.ok() || in_order) {
+    return s;
+  }
+  // Listed out of offset order: a second pass collects every extent to sort.
+  std::vector<Extent> extents;
+  if (absl::Status s = Pass(header, file_size, file_name, nullptr, nullptr, &extents, nullptr);
+      !s.ok()) {
+    return s;
+  }
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return a.offset < b.offset || (a.offset == b.offset && a.size < b.size);
+  });
+  for (size_t i = 1; i < extents.size(); ++i) {
+    const Extent& prev = extents[i - 1];
+    if (extents[i].offset >= prev.offset + prev.size) continue;
+    // Names only now, for the message: a third pass finds the two.
+    std::vector<std::pair<size_t, std::string>> names = {{prev.ordinal, ""},
+                                                         {extents[i].ordinal, ""}};
+    const bool swapped = names[0].first > names[1].first;
+    if (swapped) std::swap(names[0], names[1]);
+    (void)Pass(header, file_size, file_name, nullptr, nullptr, nullptr, &names);
+    if (swapped) std::swap(names[0], names[1]);
+    return Corrupt(file_name, absl::StrCat("tensors ", names[0].second, " and ", names[1].second,
+                                           " overlap at file offset ", extents[i].offset));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::string_view header_json,
                                                                uint64_t file_size, int shard,
                                                                std::string_view file_name) {
-  // Duplicate names are legal JSON but ambiguous weights: catch them while parsing, since the
-  // parsed object keeps only one of them.
-  std::set<std::string> seen;
-  std::string duplicate;
-  json::parser_callback_t on_key = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+  class Collect : public SafetensorsSink {
+   public:
+    Collect(int shard, std::string_view file) : shard_(shard), file_(file) {}
+    absl::Status Add(const TensorEntry& e) override {
+      if (!seen_.emplace(e.name).second) {
+        return Corrupt(file_, absl::StrCat("tensor ", Av(e.name), " is listed twice"));
+      }
+      tensors.push_back({std::string(e.name),
+                         e.dtype,
+                         {e.shape.begin(), e.shape.end()},
+                         shard_,
+                         e.file_offset,
+                         e.byte_size});
+      return absl::OkStatus();
     }
-    return true;
+    std::vector<TensorInfo> tensors;
+
+   private:
+    int shard_;
+    std::string_view file_;
+    std::set<std::string, std::less<>> seen_;
   };
-  json root = json::parse(header_json.begin(), header_json.end(), on_key, false);
-  if (root.is_discarded()) return Corrupt(file_name, "header is not valid JSON");
-  if (!root.is_object()) return Corrupt(file_name, "header JSON is not an object");
-  if (!duplicate.empty()) {
-    return Corrupt(file_name, absl::StrCat("tensor ", duplicate, " is listed twice"));
+  Collect collect(shard, file_name);
+  if (absl::Status s =
+          ScanSafetensorsHeader(HeaderSource(header_json), file_size, file_name, collect);
+      !s.ok()) {
+    return s;
   }
-  const uint64_t data_start = 8 + header_json.size();
-  std::vector<TensorInfo> tensors;
-  tensors.reserve(root.size());
-  for (const auto& [name, entry] : root.items()) {
-    if (name == "__metadata__") continue;
-    TensorInfo info;
-    info.shard = shard;
-    absl::Status s = ParseEntry(name, entry, data_start, file_size, std::string(file_name), &info);
-    if (!s.ok()) return s;
-    tensors.push_back(std::move(info));
+  std::sort(collect.tensors.begin(), collect.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return a.file_offset < b.file_offset ||
+                     (a.file_offset == b.file_offset && a.byte_size < b.byte_size);
+            });
+  return std::move(collect.tensors);
+}
+
+std::string JsonQuote(std::string_view s) {
+  bool plain = true;
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    plain = plain && u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
   }
-  std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.file_offset < b.file_offset ||
-           (a.file_offset == b.file_offset && a.byte_size < b.byte_size);
-  });
-  for (size_t i = 1; i < tensors.size(); ++i) {
-    const TensorInfo& prev = tensors[i - 1];
-    if (tensors[i].file_offset < prev.file_offset + prev.byte_size) {
-      return Corrupt(file_name, absl::StrCat("tensors ", prev.name, " and ", tensors[i].name,
-                                             " overlap at file offset ", tensors[i].file_offset));
-    }
-  }
-  return tensors;
+  if (plain) return absl::StrCat("\"", Av(s), "\"");
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string BuildSafetensorsHeader(const std::vector<TensorInfo>& tensors) {
-  json root = json::object();
+  std::string text = "{";
   uint64_t offset = 0;
-  // ordered_json keeps the file order readable (by offset); plain json would sort by name.
-  nlohmann::ordered_json ordered = nlohmann::ordered_json::object();
   for (const TensorInfo& t : tensors) {
-    ordered[t.name] = {{"dtype", DTypeName(t.dtype)},
-                       {"shape", t.shape},
-                       {"data_offsets", {offset, offset + t.byte_size}}};
+    if (text.size() > 1) text += ',';
+    absl::StrAppend(&text, JsonQuote(t.name), ":{\"dtype\":\"", DTypeName(t.dtype),
+                    "\",\"shape\":[", absl::StrJoin(t.shape, ","), "],\"data_offsets\":[", offset,
+                    ",", offset + t.byte_size, "]}");
     offset += t.byte_size;
   }
-  std::string text = ordered.dump();
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
   std::string out(8, '\0');
   uint64_t n = text.size();

@@ -1,7 +1,10 @@
 #include "core/synth.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +94,32 @@ ModelConfig BenchPreset() {  // real 17,547,264-byte experts, ~16 GB of them
   return c;
 }
 
+ModelConfig FullPreset() {  // Kimi K3's text config (MODEL.md 1.2): 1.56 TB, use --sparse
+  ModelConfig c;
+  c.hidden_size = 7168;
+  c.num_layers = 93;
+  c.vocab_size = 163840;
+  c.attn_res_block_size = 12;
+  c.kda_num_heads = 96;
+  c.kda_head_dim = 128;
+  c.num_attention_heads = 96;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  for (int64_t l = 4; l <= 92; l += 4) c.full_attn_layers.push_back(l);
+  c.full_attn_layers.push_back(93);
+  c.first_k_dense_replace = 1;
+  c.intermediate_size = 33792;
+  c.num_experts = 896;
+  c.num_experts_per_token = 16;
+  c.num_shared_experts = 2;
+  c.routed_expert_hidden_size = 3584;
+  c.moe_intermediate_size = 3072;
+  return c;
+}
+
 // ---- Deterministic randomness ----
 
 uint64_t SplitMix64(uint64_t x) {
@@ -132,6 +161,7 @@ struct TensorPlan {
   float scale;       // kSymmetric amplitude, kOnes spread
   uint8_t exponent;  // kExpertScales base E8M0 code
   uint64_t bytes;
+  int64_t live = 0;  // kALog: entries past this many (one per head) are zero padding
 };
 
 bool EndsWith(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
@@ -148,7 +178,7 @@ bool StoredAsF32(std::string_view name) {
 // Weights are scaled so that every projection roughly preserves the RMS of its input and the
 // residual stream stays O(1) through all layers.
 TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats) {
-  TensorPlan p{spec, DType::kBF16, Fill::kSymmetric, 0, 0, 0};
+  TensorPlan p{spec, DType::kBF16, Fill::kSymmetric, 0, 0, 0, 0};
   const std::string& n = spec.name;
   const int64_t fan_in = spec.shape.size() >= 2 ? spec.shape[1] : 1;
   const float unit = std::sqrt(3.0f / static_cast<float>(fan_in));  // uniform with RMS 1/sqrt(K)
@@ -221,7 +251,9 @@ void GenerateElements(const TensorPlan& p, const TensorRandom& rng, uint64_t fir
         break;
       }
       case Fill::kALog:
-        put(i, std::log(1.0f + 15.0f * 0.5f * (1.0f + rng.Symmetric(e))));
+        put(i, static_cast<int64_t>(e) < p.live
+                   ? std::log(1.0f + 15.0f * 0.5f * (1.0f + rng.Symmetric(e)))
+                   : 0.0f);
         break;
       default:
         break;
@@ -269,24 +301,81 @@ struct Shard {
   }
 };
 
+// Stand-ins for the release's vision tower, which the engine never reads: 168 BF16 tensors
+// named like MoonViT's (27 blocks of 1024 wide, a projector to 7168) whose 894,717,952 bytes
+// make the index list 497,220 tensors and metadata.total_size equal the release's. Names and
+// shapes are placeholders, not the release's.
+std::vector<TensorPlan> VisionPlaceholders(SynthFloats floats) {
+  constexpr int64_t kBlocks = 27, kWidth = 1024, kMlp = 5120;
+  std::vector<TensorPlan> out;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    out.push_back(PlanTensor(
+        {std::move(name), std::move(shape), TensorRole::kMatrix, TensorGroup::kAttention, -1},
+        floats));
+  };
+  add("vision_tower.patch_embed.proj.weight", {kWidth, 3, 14, 14});
+  add("vision_tower.patch_embed.pos_emb.weight", {64, 64, kWidth});
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    const std::string p = absl::StrCat("vision_tower.encoder.blocks.", b, ".");
+    add(p + "norm0.weight", {kWidth});
+    add(p + "norm1.weight", {kWidth});
+    add(p + "attn.wqkv.weight", {3 * kWidth, kWidth});
+    add(p + "attn.wo.weight", {kWidth, kWidth});
+    add(p + "mlp.fc0.weight", {kMlp, kWidth});
+    add(p + "mlp.fc1.weight", {kWidth, kMlp});
+  }
+  add("vision_tower.encoder.final_layernorm.weight", {kWidth});
+  add("mm_projector.pre_norm.weight", {7168});
+  add("mm_projector.proj.0.weight", {4 * kWidth, 4 * kWidth});
+  add("mm_projector.proj.2.weight", {7168, 4 * kWidth});
+  return out;
+}
+
 // One shard per layer (its trunk tensors, then experts 0..E-1 with their six tensors
-// adjacent), then one for the global tensors, as the release groups them.
-std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names, SynthFloats floats) {
+// adjacent), then one for the global tensors, as the release groups them; the full preset
+// adds the release's two vision shards and its file names. With `single_file`, the language
+// model in one model.safetensors.
+std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names,
+                              const SynthOptions& opt) {
+  const bool release = opt.preset == "full";
   std::vector<TensorSpec> trunk = TrunkTensorSpecs(c, names);
-  const int count = static_cast<int>(c.num_layers) + 1;
+  const int language = static_cast<int>(c.num_layers) + 1;
+  const int count = language + (release && !opt.single_file ? 2 : 0);
   std::vector<Shard> shards(count);
   for (int i = 0; i < count; ++i) {
-    shards[i].file_name = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, count);
+    // The release spells the count with six digits: model-00001-of-000096.safetensors.
+    shards[i].file_name = release ? absl::StrFormat("model-%05d-of-%06d.safetensors", i + 1, count)
+                                  : absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, count);
   }
-  for (const TensorSpec& spec : trunk) {
-    shards[spec.layer < 0 ? count - 1 : spec.layer].tensors.push_back(PlanTensor(spec, floats));
+  for (TensorSpec& spec : trunk) {
+    // The release ships A_log with head_dim entries, one per head used (MODEL.md Q2).
+    if (spec.name.ends_with("self_attn.A_log")) {
+      spec.shape = {std::max(c.kda_num_heads, c.kda_head_dim)};
+    }
+    TensorPlan plan = PlanTensor(spec, opt.floats);
+    plan.live = c.kda_num_heads;
+    shards[spec.layer < 0 ? language - 1 : spec.layer].tensors.push_back(std::move(plan));
   }
   for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
     for (int64_t e = 0; e < c.num_experts; ++e) {
       for (const TensorSpec& spec : ExpertTensorSpecs(c, names, l, e)) {
-        shards[l].tensors.push_back(PlanTensor(spec, floats));
+        shards[l].tensors.push_back(PlanTensor(spec, opt.floats));
       }
     }
+  }
+  if (count > language) {  // blocks 0-13 in shard 95, the rest and the projector in 96
+    std::vector<TensorPlan> vision = VisionPlaceholders(opt.floats);
+    const size_t half = 2 + 14 * 6;
+    for (size_t i = 0; i < vision.size(); ++i) {
+      shards[language + (i < half ? 0 : 1)].tensors.push_back(std::move(vision[i]));
+    }
+  }
+  if (opt.single_file) {
+    Shard one{"model.safetensors", {}};
+    for (Shard& s : shards) {
+      for (TensorPlan& t : s.tensors) one.tensors.push_back(std::move(t));
+    }
+    shards = {std::move(one)};
   }
   return shards;
 }
@@ -294,6 +383,7 @@ std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names, Sy
 absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthOptions& opt,
                         uint64_t& done, ProgressBar& bar) {
   std::vector<TensorInfo> infos;
+  infos.reserve(shard.tensors.size());
   for (const TensorPlan& t : shard.tensors) {
     TensorInfo info;
     info.name = t.spec.name;
@@ -303,7 +393,13 @@ absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthO
     infos.push_back(std::move(info));
   }
   const std::string header = BuildSafetensorsHeader(infos);
-  auto writer = io::SequentialWriter::Create(absl::StrCat(dir, "/", shard.file_name));
+  const std::string path = absl::StrCat(dir, "/", shard.file_name);
+  if (opt.sparse) {
+    done += shard.bytes();
+    bar.Update(done);
+    return io::WriteSparseFileAtomically(path, header, header.size() + shard.bytes());
+  }
+  auto writer = io::SequentialWriter::Create(path);
   if (!writer.ok()) return writer.status();
   io::SequentialWriter& w = **writer;
   if (absl::Status s = w.Append({reinterpret_cast<const uint8_t*>(header.data()), header.size()});
@@ -339,16 +435,28 @@ absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthO
   return w.Commit();
 }
 
+// The text nlohmann's dump(2) gives for {"metadata": {"total_size": N}, "weight_map": {...}},
+// built directly (an order-keeping JSON object is quadratic in its keys: 497,220 here).
 absl::Status WriteIndex(const std::vector<Shard>& shards, const std::string& dir) {
-  nlohmann::ordered_json map = nlohmann::ordered_json::object();
   uint64_t total = 0;
+  for (const Shard& s : shards) total += s.bytes();
+  std::string text = absl::StrCat("{\n  \"metadata\": {\n    \"total_size\": ", total,
+                                  "\n  },\n  \"weight_map\": {");
+  bool first = true;
   for (const Shard& s : shards) {
-    for (const TensorPlan& t : s.tensors) map[t.spec.name] = s.file_name;
-    total += s.bytes();
+    const std::string file = JsonQuote(s.file_name);
+    for (const TensorPlan& t : s.tensors) {
+      absl::StrAppend(&text, first ? "\n" : ",\n", "    ", JsonQuote(t.spec.name), ": ", file);
+      first = false;
+    }
   }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-  return io::WriteFileAtomically(absl::StrCat(dir, "/model.safetensors.index.json"),
-                                 index.dump(2) + "\n");
+  absl::StrAppend(&text, first ? "}" : "\n  }", "\n}\n");
+  return io::WriteFileAtomically(absl::StrCat(dir, "/model.safetensors.index.json"), text);
+}
+
+absl::Status RemoveIfPresent(const std::string& path) {
+  if (!io::FileExists(path) || std::remove(path.c_str()) == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("removing ", path, ": ", std::strerror(errno)));
 }
 
 }  // namespace
@@ -361,9 +469,11 @@ absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
     c = DemoPreset();
   else if (preset == "bench")
     c = BenchPreset();
+  else if (preset == "full")
+    c = FullPreset();
   else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown preset \"", std::string(preset), "\" (choose tiny, demo or bench)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", std::string(preset),
+                                                   "\" (choose tiny, demo, bench or full)"));
   }
   return ApplyConfigOverrides(c, {});  // validates and derives the layer map
 }
@@ -380,7 +490,7 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
 
   if (absl::Status s = io::MakeDirectories(opt.out_dir); !s.ok()) return s;
   const TensorNames names("language_model.");
-  std::vector<Shard> shards = PlanShards(*config, names, opt.floats);
+  std::vector<Shard> shards = PlanShards(*config, names, opt);
   uint64_t total = 0;
   for (const Shard& s : shards) total += s.bytes();
 
@@ -390,8 +500,17 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
     if (absl::Status s = WriteShard(shard, opt.out_dir, opt, done, bar); !s.ok()) return s;
   }
   bar.Finish();
+  // Opening prefers an index to model.safetensors: never leave the other layout's file behind.
+  const std::string index = opt.out_dir + "/model.safetensors.index.json";
+  if (absl::Status s = opt.single_file ? RemoveIfPresent(index)
+                                       : RemoveIfPresent(opt.out_dir + "/model.safetensors");
+      !s.ok()) {
+    return s;
+  }
   // The config goes last: a directory without it is visibly incomplete.
-  if (absl::Status s = WriteIndex(shards, opt.out_dir); !s.ok()) return s;
+  if (!opt.single_file) {
+    if (absl::Status s = WriteIndex(shards, opt.out_dir); !s.ok()) return s;
+  }
   if (absl::Status s = io::WriteFileAtomically(opt.out_dir + "/tiktoken.model", tok.tiktoken_model);
       !s.ok()) {
     return s;
@@ -401,8 +520,13 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = io::WriteFileAtomically(opt.out_dir + "/config.json",
-                                               ToReleaseConfigJson(*config).dump(2) + "\n");
+  nlohmann::json config_json = ToReleaseConfigJson(*config);
+  if (tok.bos_id >= 0) {  // the wrapper's other special ids, at the release's offsets
+    config_json["pad_token_id"] = tok.bos_id + 255;
+    config_json["media_placeholder_token_id"] = tok.bos_id + 21;
+  }
+  if (absl::Status s =
+          io::WriteFileAtomically(opt.out_dir + "/config.json", config_json.dump(2) + "\n");
       !s.ok()) {
     return s;
   }
@@ -410,6 +534,11 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
   result.config = *config;
   result.bytes_written = total;
   result.shards = static_cast<int>(shards.size());
+  for (const Shard& shard : shards) {
+    for (const TensorPlan& t : shard.tensors) {
+      ++(t.spec.name.starts_with(names.prefix()) ? result.language_tensors : result.other_tensors);
+    }
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

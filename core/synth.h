@@ -13,7 +13,8 @@
 
 namespace k3 {
 
-// The config of a preset: "tiny", "demo" or "bench".
+// The config of a preset: "tiny", "demo", "bench", or "full" (Kimi K3's own text config,
+// MODEL.md 1.2, written in the release's file layout with placeholders for its vision tower).
 absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset);
 
 // Float storage: as released (BF16 matrices, F32 for conv, A_log, dt_bias, o_norm and router
@@ -30,13 +31,22 @@ struct SynthOptions {
   double router_skew = 0.0;
   SynthFloats floats = SynthFloats::kRelease;
   bool show_progress = false;
+  // Headers only: the tensor data is left as holes in the files (nothing written), which read
+  // as zeros, so `full` is 1.56 TB apparent and ~140 MB on disk. Zero E8M0 scales are legal
+  // (2^-127), zero weights too: it tests opening, planning, RSS and the compute path at real
+  // dimensions, not arithmetic and not disk speed.
+  bool sparse = false;
+  // The language model in one model.safetensors without an index, instead of shards.
+  bool single_file = false;
 };
 
 struct SynthResult {
   ModelConfig config;
-  uint64_t bytes_written = 0;
+  uint64_t bytes_written = 0;  // tensor data, holes included
   double seconds = 0;
   int shards = 0;
+  int64_t language_tensors = 0;
+  int64_t other_tensors = 0;  // the full preset's vision placeholders
 };
 
 absl::StatusOr<SynthResult> Synthesize(const SynthOptions& options);

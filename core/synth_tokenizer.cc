@@ -134,11 +134,21 @@ SynthTokenizerFiles MakeSynthTokenizer(int64_t vocab_size) {
     if (present.insert(t).second) ranks.push_back(std::move(t));
   }
   // Fill what the text could not teach with printable two-byte pairs (each is one merge of
-  // two byte tokens, so every rank stays reachable).
+  // two byte tokens, so every rank stays reachable), then, for vocabularies as large as the
+  // release's (163,584 ranks), printable triples (each a pair plus a byte, the pair ranked
+  // before it).
   for (int a = 32; a < 127 && ranks.size() < want; ++a) {
     for (int b = 32; b < 127 && ranks.size() < want; ++b) {
       Token t{static_cast<char>(a), static_cast<char>(b)};
       if (present.insert(t).second) ranks.push_back(std::move(t));
+    }
+  }
+  for (int a = 32; a < 127 && ranks.size() < want; ++a) {
+    for (int b = 32; b < 127 && ranks.size() < want; ++b) {
+      for (int c = 32; c < 127 && ranks.size() < want; ++c) {
+        Token t{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)};
+        if (present.insert(t).second) ranks.push_back(std::move(t));
+      }
     }
   }
   for (size_t r = 0; r < ranks.size(); ++r) {

@@ -45,6 +45,47 @@ std::string TensorNames::Expert(int64_t layer, int64_t expert, int part) const {
 
 namespace {
 
+// A decimal number without sign or leading zeros, as StrCat writes it; advances `s`.
+bool TakeNumber(std::string_view& s, int64_t* out) {
+  size_t n = 0;
+  int64_t v = 0;
+  while (n < s.size() && n < 9 && s[n] >= '0' && s[n] <= '9') v = v * 10 + (s[n++] - '0');
+  if (n == 0 || (n > 1 && s[0] == '0') || (n < s.size() && s[n] >= '0' && s[n] <= '9')) {
+    return false;
+  }
+  s.remove_prefix(n);
+  *out = v;
+  return true;
+}
+
+bool TakePrefix(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+bool ParseExpertName(std::string_view name, ExpertName* out) {
+  constexpr std::string_view kRelease = "language_model.";
+  std::string_view s = name;
+  out->prefix = TakePrefix(s, kRelease) ? name.substr(0, kRelease.size()) : name.substr(0, 0);
+  if (!TakePrefix(s, "model.layers.") || !TakeNumber(s, &out->layer) ||
+      !TakePrefix(s, ".block_sparse_moe.experts.") || !TakeNumber(s, &out->expert) ||
+      !TakePrefix(s, ".")) {
+    return false;
+  }
+  for (int part = 0; part < 6; ++part) {
+    if (s == kExpertParts[part]) {
+      out->part = part;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
 class SpecList {
  public:
   SpecList(const TensorNames& names, std::vector<TensorSpec>& out) : names_(names), out_(out) {}

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
@@ -57,6 +58,17 @@ class TensorNames {
  private:
   std::string prefix_;
 };
+
+// A routed-expert part's name taken apart: "<prefix>model.layers.<L>.block_sparse_moe.experts.
+// <E>.<part>" with a prefix TensorNames can have ("" or "language_model."), L and E in canonical
+// decimal (what TensorNames::Expert() writes) and part one of kExpertParts.
+struct ExpertName {
+  std::string_view prefix;
+  int64_t layer = 0;
+  int64_t expert = 0;
+  int part = 0;
+};
+bool ParseExpertName(std::string_view name, ExpertName* out);
 
 // Every tensor of the trunk (everything but routed experts), global ones first, then per layer.
 std::vector<TensorSpec> TrunkTensorSpecs(const ModelConfig& config, const TensorNames& names);

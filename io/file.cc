@@ -56,18 +56,7 @@ AlignedBuffer AllocateAligned(size_t bytes) {
   return AlignedBuffer(static_cast<uint8_t*>(p));
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  auto file = RandomAccessFile::Open(path);
-  if (!file.ok()) return file.status();
-  std::string out((*file)->size(), '\0');
-  absl::Status s = (*file)->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
-  if (!s.ok()) return s;
-  return out;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+absl::Status WriteAtomically(const std::string& path, std::string_view contents, uint64_t size) {
   // A name of our own (two writers of one file never share a temp file), then fsync, rename and
   // fsync of the directory, so after a crash the file is the old one or the new one, whole.
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
@@ -75,6 +64,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("creating ", tmp));
   absl::Status s =
       PwriteAll(fd, reinterpret_cast<const uint8_t*>(contents.data()), contents.size(), 0, tmp);
+  if (s.ok() && size > contents.size() && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    s = ErrnoStatus(errno, absl::StrCat("extending ", tmp, " to ", size, " bytes"));
+  }
   if (s.ok() && ::fsync(fd) != 0) s = ErrnoStatus(errno, absl::StrCat("syncing ", tmp));
   ::close(fd);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -91,6 +83,26 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
     ::close(dfd);
   }
   return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  auto file = RandomAccessFile::Open(path);
+  if (!file.ok()) return file.status();
+  std::string out((*file)->size(), '\0');
+  absl::Status s = (*file)->ReadAt(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  return WriteAtomically(path, contents, contents.size());
+}
+
+absl::Status WriteSparseFileAtomically(const std::string& path, std::string_view head,
+                                       uint64_t size) {
+  return WriteAtomically(path, head, size);
 }
 
 bool FileExists(const std::string& path) {
@@ -185,10 +197,10 @@ struct SequentialWriter::Impl {
       {
         AnnotatedMutexLock lock(&mu);
         Await(mu, absl::Condition(
-            +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
-              return self->closing || !self->pending.empty();
-            },
-            this));
+                      +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
+                        return self->closing || !self->pending.empty();
+                      },
+                      this));
         if (pending.empty()) return;
         job = pending.front();
         pending.pop_front();
@@ -207,10 +219,10 @@ struct SequentialWriter::Impl {
     pending.emplace_back(current, file_offset);
     file_offset += kBlockBytes;
     Await(mu, absl::Condition(
-        +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
-          return !self->free_list.empty() || !self->error.ok();
-        },
-        this));
+                  +[](Impl* self) ABSL_SHARED_LOCKS_REQUIRED(self->mu) {
+                    return !self->free_list.empty() || !self->error.ok();
+                  },
+                  this));
     if (!error.ok()) return error;
     current = free_list.front();
     free_list.pop_front();

@@ -20,6 +20,11 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Writes a small file atomically: temp file in the same directory, fsync, rename.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
+// The same for a file of `size` bytes of which only `head` is written: the rest is a hole (no
+// disk blocks) that reads as zeros.
+absl::Status WriteSparseFileAtomically(const std::string& path, std::string_view head,
+                                       uint64_t size);
+
 bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 absl::Status MakeDirectories(const std::string& path);

@@ -102,6 +102,31 @@ TEST(CliTest, SynthThenInspect) {
   EXPECT_THAT(inspect.out, HasSubstr("one read per expert"));
 }
 
+// Real dimensions, few layers and experts, no data: the flags reach Synthesize and the
+// result opens.
+TEST(CliTest, SynthSparseFullPresetThenInspect) {
+  testing::TempDir dir;
+  for (const char* layout : {"--sparse", "--single-file"}) {
+    const std::string out = dir / (layout + 2);
+    auto synth =
+        RunK3({"synth", "--preset", "full", "--sparse", layout, "-o", out, "--set",
+               "num_hidden_layers=2", "--set", "full_attn_layers=2", "--set", "num_experts=16"});
+    ASSERT_EQ(synth.exit_code, 0) << synth.err;
+    EXPECT_THAT(synth.err, HasSubstr("apparent (sparse)"));
+    auto inspect = RunK3({"inspect", "-m", out});
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    EXPECT_THAT(inspect.out, HasSubstr("hidden      7168, vocab 163840"));
+    if (std::string(layout) == "--sparse") {
+      EXPECT_THAT(synth.err, HasSubstr("5 shards"));
+      EXPECT_THAT(synth.err, HasSubstr("168 vision placeholders"));
+      EXPECT_TRUE(std::filesystem::exists(out + "/model-00005-of-000005.safetensors"));
+    } else {
+      EXPECT_THAT(synth.err, HasSubstr("1 file"));
+      EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors"));
+    }
+  }
+}
+
 TEST(CliTest, SynthRefusesToOverwriteAModelWithoutForce) {
   testing::TempDir dir;
   ASSERT_EQ(RunK3({"synth", "--out", dir.path(), "--quiet"}).exit_code, 0);

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "core/synth.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
@@ -66,6 +69,38 @@ class CheckpointTest : public ::testing::Test {
       ASSERT_LE(fresh.size(), text.size());
       text = fresh + std::string(text.size() - fresh.size(), ' ');
     });
+  }
+
+  // Adds a U8 tensor as the first entry of a shard's header and of the index, its bytes
+  // appended to the shard's data.
+  void AddTensorFirst(const std::string& shard, const std::string& name,
+                      const std::vector<int64_t>& shape) {
+    auto [header, data] = ReadShard(Path(shard));
+    const ojson old = ojson::parse(header);
+    const uint64_t bytes = static_cast<uint64_t>(shape[0] * shape[1]);
+    ojson j = ojson::object();
+    j[name] = {
+        {"dtype", "U8"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + bytes}}};
+    for (auto it = old.begin(); it != old.end(); ++it) j[it.key()] = it.value();
+    std::string text = j.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    WriteShard(Path(shard), text, data + std::string(bytes, '\x11'), text.size());
+    EditIndex([&](ojson& index) {
+      ojson map = ojson::object();
+      map[name] = shard;
+      for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+        map[it.key()] = it.value();
+      }
+      index["weight_map"] = map;
+    });
+  }
+
+  void EditIndex(const std::function<void(ojson&)>& edit) {
+    auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
+    ASSERT_TRUE(text.ok());
+    ojson index = ojson::parse(*text);
+    edit(index);
+    ASSERT_TRUE(io::WriteFileAtomically(Path("model.safetensors.index.json"), index.dump()).ok());
   }
 
   std::string OpenError() {
@@ -297,6 +332,126 @@ TEST_F(CheckpointTest, ExpertStoredAsFloat) {
     t["shape"] = {64, 16};  // same bytes, half the elements
   });
   EXPECT_THAT(OpenError(), HasSubstr("experts.2.w3.weight_packed has shape [64, 16]"));
+}
+
+// Routed-expert parts are kept as spans, not as TensorInfo: the list and Find() must still give
+// every tensor of every header, once, where its header puts it.
+TEST_F(CheckpointTest, EveryHeaderEntryIsListedOnceAndFoundWhereItIs) {
+  auto ckpt = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  std::map<std::string, TensorInfo> headers;
+  for (size_t shard = 0; shard < c.shard_paths().size(); ++shard) {
+    auto [header, data] = ReadShard(c.shard_paths()[shard]);
+    auto parsed = ParseSafetensorsHeader(header, 8 + header.size() + data.size(),
+                                         static_cast<int>(shard), c.shard_paths()[shard]);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    for (TensorInfo& t : *parsed) headers.emplace(t.name, std::move(t));
+  }
+  ASSERT_EQ(c.tensors().size(), headers.size());
+  std::set<std::string> seen;
+  auto same = [](const TensorInfo& a, const TensorInfo& b) {
+    return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.shard == b.shard &&
+           a.file_offset == b.file_offset && a.byte_size == b.byte_size;
+  };
+  for (const TensorInfo& t : c.tensors()) {
+    ASSERT_TRUE(seen.insert(t.name).second) << t.name << " listed twice";
+    ASSERT_TRUE(headers.contains(t.name)) << t.name;
+    EXPECT_TRUE(same(t, headers[t.name])) << t.name;
+    const TensorInfo* found = c.Find(t.name);
+    ASSERT_NE(found, nullptr) << t.name;
+    EXPECT_TRUE(same(*found, t)) << t.name;
+  }
+  const std::string part = c.names().Expert(4, 7, 3);
+  EXPECT_EQ(c.Find(part), c.Find(part));                  // made once, then kept
+  EXPECT_EQ(c.Find(c.names().Expert(0, 0, 0)), nullptr);  // layer 0 is dense
+  EXPECT_EQ(c.Find(c.names().Expert(1, 8, 0)), nullptr);  // 8 experts: 0..7
+}
+
+TEST_F(CheckpointTest, ExpertPartListedTwice) {
+  EditHeaderText(kLayer1Shard, [](std::string& t) {
+    const std::string name =
+        "\"language_model.model.layers.1.block_sparse_moe.experts.3.w2.weight_scale\"";
+    size_t at = t.find(name);
+    size_t end = t.find('}', at);
+    t.insert(1, t.substr(at, end - at + 1) + ",");
+    t.resize(t.find_last_not_of(' ') + 1);
+    while (t.size() % 8) t += ' ';
+  });
+  EXPECT_THAT(OpenError(),
+              AllOf(HasSubstr(Path(kLayer1Shard)), HasSubstr("experts.3.w2.weight_scale"),
+                    HasSubstr("listed twice")));
+}
+
+TEST_F(CheckpointTest, TensorInTwoShards) {
+  for (const char* name :
+       {"input_layernorm.weight", "block_sparse_moe.experts.0.w1.weight_packed"}) {
+    SetUp();  // a fresh checkpoint
+    const std::string layer1 = absl::StrCat("language_model.model.layers.1.", name);
+    const std::string layer2 = absl::StrCat("language_model.model.layers.2.", name);
+    EditHeader("model-00003-of-00014.safetensors", [&](ojson& j) {
+      j[layer1] = j[layer2];
+      j.erase(layer2);
+    });
+    EXPECT_THAT(OpenError(),
+                AllOf(HasSubstr("tensor " + layer1 + " is in both"), HasSubstr(Path(kLayer1Shard)),
+                      HasSubstr(Path("model-00003-of-00014.safetensors"))));
+  }
+}
+
+TEST_F(CheckpointTest, IndexPlacingAnExpertInTheWrongShard) {
+  const std::string name =
+      "language_model.model.layers.1.block_sparse_moe.experts.6.w3.weight_packed";
+  EditIndex([&](ojson& index) { index["weight_map"][name] = "model-00003-of-00014.safetensors"; });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr("model.safetensors.index.json places tensor " + name),
+                                 HasSubstr("does not list it")));
+}
+
+TEST_F(CheckpointTest, IndexListingAnExpertTheHeaderLacks) {
+  const std::string name =
+      "language_model.model.layers.1.block_sparse_moe.experts.6.w3.weight_packed";
+  EditHeader(kLayer1Shard, [&](ojson& j) { j.erase(name); });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr("places tensor " + name + " in " + kLayer1Shard),
+                                 HasSubstr("does not list it")));
+}
+
+TEST_F(CheckpointTest, ExpertPartWithTheWrongShape) {
+  EditHeader(kLayer1Shard, [](ojson& j) {
+    j["language_model.model.layers.1.block_sparse_moe.experts.4.w1.weight_scale"]["shape"] = {2,
+                                                                                              64};
+  });
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr("experts.4.w1.weight_scale has shape [2, 64], expected "
+                                           "[64, 2]"),
+                                 HasSubstr(Path(kLayer1Shard))));
+}
+
+// The first part-like name seen decides which prefix gets slots; when the embedding says the
+// other one, the parts move over, and the stray tensor stays an ordinary one.
+TEST_F(CheckpointTest, APartLikeNameUnderAnotherPrefixSeenFirst) {
+  auto before = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(before.ok());
+  const std::string stray = "model.layers.1.block_sparse_moe.experts.0.w1.weight_packed";
+  AddTensorFirst("model-00001-of-00014.safetensors", stray, {64, 32});
+  auto ckpt = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  EXPECT_EQ(c.tensors().size(), 917u);
+  const TensorInfo* t = c.Find(stray);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->shard, 0);
+  EXPECT_EQ(t->shape, (std::vector<int64_t>{64, 32}));
+  std::vector<uint8_t> bytes(t->byte_size);
+  ASSERT_TRUE(c.ReadTensor(*t, bytes).ok());
+  EXPECT_EQ(bytes[0], 0x11);
+  for (int64_t e = 0; e < 8; ++e) {
+    const ExpertLocation& a = c.expert(1, e);
+    const ExpertLocation& b = (*before)->expert(1, e);
+    ASSERT_EQ(a.spans.size(), 1u);
+    EXPECT_EQ(a.spans[0].offset, b.spans[0].offset);
+    EXPECT_EQ(a.spans[0].shard, b.spans[0].shard);
+    EXPECT_EQ(a.part_offset, b.part_offset);
+  }
+  EXPECT_NE(c.Find(c.names().Expert(1, 0, 0)), nullptr);
 }
 
 TEST_F(CheckpointTest, MissingConfigIsNotFound) {

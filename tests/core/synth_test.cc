@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <set>
@@ -9,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
 #include "core/checkpoint.h"
+#include "core/tokenizer/tokenizer.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"
@@ -53,13 +55,28 @@ TEST(SynthTest, SameSeedSameBytesOtherSeedOtherBytes) {
 }
 
 TEST(SynthTest, PresetsAreValidAndShapedAsDocumented) {
-  for (const char* name : {"tiny", "demo", "bench"}) {
+  for (const char* name : {"tiny", "demo", "bench", "full"}) {
     auto c = SynthPresetConfig(name);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status();
   }
   auto bench = SynthPresetConfig("bench");
   EXPECT_EQ(bench->expert_bytes(), 17547264);  // the real expert size
   EXPECT_EQ(bench->num_experts, 128);
+  // Kimi K3's own text config (MODEL.md 1.2).
+  auto full = SynthPresetConfig("full");
+  EXPECT_EQ(full->hidden_size, 7168);
+  EXPECT_EQ(full->num_layers, 93);
+  EXPECT_EQ(full->vocab_size, 163840);
+  EXPECT_EQ(full->kda_width(), 96 * 128);
+  EXPECT_EQ(full->num_experts, 896);
+  EXPECT_EQ(full->num_experts_per_token, 16);
+  EXPECT_EQ(full->intermediate_size, 33792);
+  EXPECT_EQ(full->expert_bytes(), 17547264);
+  EXPECT_EQ(full->full_attn_layers.size(), 24u);
+  EXPECT_EQ(full->full_attn_layers.back(), 93);
+  EXPECT_EQ(full->attention_kind(91), AttentionKind::kMla);
+  EXPECT_EQ(full->attention_kind(92), AttentionKind::kMla);
+  EXPECT_EQ(full->attention_kind(0), AttentionKind::kKda);
   auto bad = SynthPresetConfig("huge");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown preset \"huge\""));
@@ -149,6 +166,173 @@ TEST(SynthTest, ExistingFilesAreReplacedOnlyWhole) {
     EXPECT_FALSE(entry.path().string().ends_with(".partial")) << entry.path();
     EXPECT_FALSE(entry.path().string().ends_with(".tmp")) << entry.path();
   }
+}
+
+TEST(SynthTest, ALogHasHeadDimEntriesAsReleasedWithZeroPadding) {
+  testing::TempDir dir;
+  SynthOrDie(dir.path(), 2);  // tiny: 4 KDA heads of 16
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const TensorInfo* a = (*ckpt)->Find("language_model.model.layers.0.self_attn.A_log");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{16}));
+  auto values = (*ckpt)->ReadTensorAsFloat(*a);
+  ASSERT_TRUE(values.ok());
+  for (int i = 0; i < 4; ++i) EXPECT_GT((*values)[i], 0.0f) << i;  // log(1 + 15 u) > 0
+  for (int i = 4; i < 16; ++i) EXPECT_EQ((*values)[i], 0.0f) << i;
+}
+
+TEST(SynthTest, IndexIsWhatAJsonLibraryWouldWrite) {
+  testing::TempDir dir;
+  SynthOrDie(dir.path(), 4);
+  const std::string text = Contents(dir / "model.safetensors.index.json");
+  const nlohmann::ordered_json index = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(index.dump(2) + "\n", text);
+  uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".safetensors")) continue;
+    auto ckpt_file = io::RandomAccessFile::Open(entry.path().string());
+    ASSERT_TRUE(ckpt_file.ok());
+    uint8_t prefix[8];
+    ASSERT_TRUE((*ckpt_file)->ReadAt(0, prefix).ok());
+    total += (*ckpt_file)->size() - 8 - *ParseHeaderLength(prefix, (*ckpt_file)->size(), name);
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
+}
+
+// Apparent bytes and bytes on disk of every file in a directory.
+std::pair<uint64_t, uint64_t> DiskUse(const std::string& dir) {
+  uint64_t apparent = 0, allocated = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    struct stat st;
+    EXPECT_EQ(::stat(entry.path().c_str(), &st), 0);
+    apparent += static_cast<uint64_t>(st.st_size);
+    allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return {apparent, allocated};
+}
+
+// The full preset at real dimensions with fewer layers and experts: 4 layers (the last two
+// MLA, as released), 32 experts, written sparse.
+SynthOptions ReducedFull(const std::string& dir) {
+  SynthOptions opt;
+  opt.preset = "full";
+  opt.out_dir = dir;
+  opt.sparse = true;
+  opt.overrides = {{"num_hidden_layers", "4"}, {"full_attn_layers", "3,4"}, {"num_experts", "32"}};
+  return opt;
+}
+
+TEST(SynthTest, SparseReducedFullSizeCheckpointOpensWithTheReleaseLayout) {
+  testing::TempDir dir;
+  auto r = Synthesize(ReducedFull(dir.path()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shards, 4 + 1 + 2);  // a shard per layer, the globals, two of vision
+  EXPECT_EQ(r->other_tensors, 168);
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  EXPECT_EQ(c.config().hidden_size, 7168);
+  EXPECT_EQ(c.config().expert_bytes(), 17547264);
+  EXPECT_EQ(c.tensors().size(), static_cast<size_t>(r->language_tensors + 168));
+  EXPECT_EQ(r->language_tensors,
+            static_cast<int64_t>(TrunkTensorSpecs(c.config(), c.names()).size()) + 3 * 32 * 6);
+  ASSERT_EQ(c.shard_paths().size(), 7u);
+  auto shard_of = [&](const std::string& name) {
+    const TensorInfo* t = c.Find(name);
+    EXPECT_NE(t, nullptr) << name;
+    return t == nullptr ? std::string()
+                        : std::filesystem::path(c.shard_paths()[t->shard]).filename().string();
+  };
+  EXPECT_EQ(shard_of("language_model.model.layers.0.mlp.gate_proj.weight"),
+            "model-00001-of-000007.safetensors");
+  EXPECT_EQ(shard_of(c.names().Expert(3, 31, 5)), "model-00004-of-000007.safetensors");
+  EXPECT_EQ(shard_of("language_model.lm_head.weight"), "model-00005-of-000007.safetensors");
+  EXPECT_EQ(shard_of("vision_tower.patch_embed.proj.weight"), "model-00006-of-000007.safetensors");
+  EXPECT_EQ(shard_of("mm_projector.proj.2.weight"), "model-00007-of-000007.safetensors");
+  EXPECT_EQ(c.Find("language_model.lm_head.weight")->shape, (std::vector<int64_t>{163840, 7168}));
+  // Holes: a few MB of headers on disk for GBs of tensors, and the data reads as zeros.
+  const auto [apparent, allocated] = DiskUse(dir.path());
+  EXPECT_GT(apparent, 10ull << 30);
+  EXPECT_LT(allocated, 64ull << 20);
+  const ExpertLocation& e = c.expert(2, 7);
+  ASSERT_TRUE(e.contiguous());
+  std::vector<uint8_t> bytes(e.total_bytes, 0xAB);
+  ASSERT_TRUE(c.ReadSpan(e.spans[0], bytes).ok());
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<long>(bytes.size()));
+}
+
+TEST(SynthTest, SingleFileHoldsTheLanguageModelWithoutAnIndex) {
+  testing::TempDir dir;
+  SynthOptions opt = ReducedFull(dir.path());
+  opt.single_file = true;
+  auto r = Synthesize(opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shards, 1);
+  EXPECT_EQ(r->other_tensors, 0);  // no vision placeholders in the one-file layout
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->shard_paths().size(), 1u);
+  EXPECT_EQ((*ckpt)->tensors().size(), static_cast<size_t>(r->language_tensors));
+  // Writing the sharded layout over it removes the single file, which opening would ignore.
+  opt.single_file = false;
+  ASSERT_TRUE(Synthesize(opt).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+}
+
+// The whole release layout, written sparse (~3 s and ~140 MB of disk): the tensor counts and
+// byte totals that MODEL.md section 3.1 gives for the release.
+TEST(SynthTest, FullPresetHasTheReleaseTensorCountsAndSizes) {
+  testing::TempDir dir;
+  SynthOptions opt;
+  opt.preset = "full";
+  opt.out_dir = dir.path();
+  opt.sparse = true;
+  auto r = Synthesize(opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shards, 96);
+  EXPECT_EQ(r->language_tensors, 497052);
+  EXPECT_EQ(r->other_tensors, 168);
+  EXPECT_EQ(r->config.bos_token_id, 163584);
+  EXPECT_EQ(r->config.eos_token_id, 163586);
+  EXPECT_TRUE(std::filesystem::exists(dir / "model-00096-of-000096.safetensors"));
+  nlohmann::json config = nlohmann::json::parse(Contents(dir / "config.json"));
+  EXPECT_EQ(config["pad_token_id"], 163839);
+  EXPECT_EQ(config["text_config"]["linear_attn_config"]["num_heads"], 96);
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->tensors().size(), 497220u);
+  const auto [apparent, allocated] = DiskUse(dir.path());
+  EXPECT_LT(allocated, 512ull << 20);
+  // 1,560,860,324,864 bytes of tensors (metadata.total_size) plus 96 headers.
+  EXPECT_GT((*ckpt)->total_bytes(), 1560860324864ull);
+  EXPECT_LT((*ckpt)->total_bytes(), 1560860324864ull + (100ull << 20));
+  EXPECT_GT(apparent, (*ckpt)->total_bytes());  // plus the index, config and tokenizer
+  // The index as large as the release's (59,764,096 bytes) and its total_size exactly.
+  const uint64_t index_bytes = std::filesystem::file_size(dir / "model.safetensors.index.json");
+  EXPECT_NEAR(static_cast<double>(index_bytes), 59764096.0, 1e5);
+  auto index = io::ReadFileToString(dir / "model.safetensors.index.json");
+  ASSERT_TRUE(index.ok());
+  EXPECT_THAT(index->substr(0, 100), HasSubstr("\"total_size\": 1560860324864\n"));
+
+  // The tokenizer at the release's vocabulary size, specials where K3 has them.
+  auto tok = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(tok->vocab_size(), 163840);
+  EXPECT_EQ(tok->num_base_tokens(), 163584);
+  EXPECT_EQ(tok->Encode("[BOS]<|end_of_msg|>", true), (std::vector<TokenId>{163584, 163586}));
+  EXPECT_EQ(tok->SpecialTokenId("[PAD]"), 163839);
+  EXPECT_EQ(tok->SpecialTokenId("<|media_pad|>"), 163605);
+  auto text = tok->Decode(std::vector<TokenId>{163700});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "<|reserved_token_163700|>");
+  const std::string prose = "The capital of France is Paris, and 1234 {x: y}.";
+  auto round = tok->Decode(tok->Encode(prose, false));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(*round, prose);
 }
 
 }  // namespace
