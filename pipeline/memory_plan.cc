@@ -92,7 +92,16 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   }
   plan.lm_head_resident = used + f.lm_head_bytes <= room;
   plan.lm_head_bytes = plan.lm_head_resident ? f.lm_head_bytes : 0;
-  return used + plan.lm_head_bytes;
+  used += plan.lm_head_bytes;
+  // No deeper than what is left to stream (the rest goes to the cache).
+  const uint64_t streamed = ForecastReads(f, plan).trunk_bytes;
+  const int enough = static_cast<int>(std::min<uint64_t>(
+      kMaxRingSlots, (streamed + f.piece_bytes - 1) / std::max<uint64_t>(1, f.piece_bytes) + 1));
+  while (plan.ring_slots > std::max(f.ring_slots, enough)) {
+    --plan.ring_slots;
+    used -= f.ring_slot_bytes;
+  }
+  return used;
 }
 
 absl::StatusOr<uint64_t> BudgetFor(const MemoryRequest& r, uint64_t available, uint64_t minimum,
