@@ -171,6 +171,25 @@ TEST_P(FaultsTest, SlowReadsArriveLateButRight) {
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(15 * 6));
 }
 
+TEST_P(FaultsTest, HeldReadsStayInFlightUntilReleased) {
+  faults_->Hold(1, 1).Hold(2, 1);
+  K3_CREATE_ENGINE_OR_SKIP(engine, Options());
+  auto f = engine->OpenFile(file_.path);
+  ASSERT_TRUE(f.ok());
+  auto id = engine->Submit(MakeRequest(*f, 10, 1000, arena_->Slice(0, 8192)));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(faults_->AwaitHeld(1));
+  EXPECT_FALSE(engine->Poll().has_value());
+  faults_->Release();
+  ReadResult r = engine->Wait(*id);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(SameBytes(file_, 10, r.data));
+  // Released for good: the second attempt runs through although a rule covers it.
+  EXPECT_TRUE(ReadAndCheck(*engine, 5000, 1000).ok());
+  EXPECT_EQ(faults_->attempts(), 2);
+  EXPECT_EQ(faults_->injected(), 0);
+}
+
 TEST_P(FaultsTest, EinvalFromADirectReadFallsBackToBufferedReads) {
   faults_->FailAttempts(1, 1, EINVAL);
   EngineOptions o = Options();
