@@ -17,10 +17,8 @@ ASAN_EXCLUDE ?= ^reference\.
 # Under TSan: the suites with threads of their own (the read engine, the expert cache, the
 # streaming engine). The 108-configuration determinism grid runs in the normal and ASan suites;
 # under TSan the other engine tests (faults, lookahead, prefill, packs) cover the same threads.
-# The storage-profile accuracy tests (emulated latency to 10 %) and the priority-order test (which
-# assumes a submission is faster than a 5 ms read) are timing tests that TSan's slowdown breaks.
 TSAN_TESTS ?= io_tests pipeline_tests
-TSAN_FILTER ?= -EngineTest.DeterminismGrid*:ProfileAccuracyTest.*:*DemandJumpsAheadOfQueuedPrefetches*
+TSAN_FILTER ?= -EngineTest.DeterminismGrid*
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1

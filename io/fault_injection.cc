@@ -1,12 +1,11 @@
 #include "io/fault_injection.h"
 
-#include "io/tsan_mutex.h"
-
 #include <cerrno>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "io/tsan_mutex.h"
 
 namespace k3::io {
 
@@ -55,6 +54,40 @@ FaultPlan& FaultPlan::RefuseDirect() {
   AnnotatedMutexLock lock(&mu_);
   refuse_direct_ = true;
   return *this;
+}
+
+FaultPlan& FaultPlan::Hold(int64_t first, int count) {
+  AnnotatedMutexLock lock(&mu_);
+  Rule rule;
+  rule.kind = Kind::kHold;
+  rule.first = first;
+  rule.count = count;
+  rules_.push_back(rule);
+  return *this;
+}
+
+bool FaultPlan::AwaitHeld(int n, absl::Duration timeout) {
+  AnnotatedMutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ >= n; };
+  return AwaitWithTimeout(mu_, absl::Condition(&enough), timeout);
+}
+
+void FaultPlan::Release() {
+  AnnotatedMutexLock lock(&mu_);
+  released_ = true;
+  held_ = 0;
+  for (auto& [id, on_release] : listeners_) on_release();
+}
+
+int FaultPlan::AddReleaseListener(std::function<void()> on_release) {
+  AnnotatedMutexLock lock(&mu_);
+  listeners_.emplace(next_listener_, std::move(on_release));
+  return next_listener_++;
+}
+
+void FaultPlan::RemoveReleaseListener(int id) {
+  AnnotatedMutexLock lock(&mu_);
+  listeners_.erase(id);
 }
 
 bool FaultPlan::Covers(const Rule& rule, int64_t attempt) const {
@@ -131,9 +164,13 @@ FaultPlan::Outcome FaultPlan::Apply(const std::string& path, uint64_t offset, ui
   AnnotatedMutexLock lock(&mu_);
   const int64_t attempt = ++attempts_;
   Outcome out{result, delay_};
+  for (const Rule& rule : rules_) {
+    if (rule.kind == Kind::kHold && !released_ && Covers(rule, attempt)) out.held = true;
+  }
+  held_ += out.held;
   if (result < 0) return out;  // a real error stays what it is
   for (Rule& rule : rules_) {
-    if (!Matches(rule, attempt, path, offset, length)) continue;
+    if (rule.kind == Kind::kHold || !Matches(rule, attempt, path, offset, length)) continue;
     if (rule.kind == Kind::kShortReads) {
       if (out.result > static_cast<int64_t>(rule.max_bytes)) {
         out.result = static_cast<int64_t>(rule.max_bytes);

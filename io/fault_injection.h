@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,13 +39,30 @@ class FaultPlan {
   FaultPlan& Slow(absl::Duration delay);
   // Opening a file with O_DIRECT fails with EINVAL, as tmpfs and some FUSE file systems do.
   FaultPlan& RefuseDirect();
+  // Attempts first .. first+count-1 stay in flight, their requests holding their slots, until
+  // Release(): a test queues, cancels or shuts down behind reads it knows to be at the device,
+  // so what it checks is the engine's choice and not how the threads happened to run. Only
+  // the completion waits; the engine goes on issuing. An engine shutting down lets them go.
+  FaultPlan& Hold(int64_t first = 1, int count = 1);
+  // Blocks until at least `n` attempts are being held; false if they are not within `timeout`,
+  // which only turns a broken engine's hang into a test failure.
+  [[nodiscard]] bool AwaitHeld(int n, absl::Duration timeout = absl::Minutes(1));
+  // Lets every held attempt complete, and ends holding for good: later attempts run through.
+  void Release();
 
   struct Outcome {
     int64_t result;        // bytes transferred, or -errno
     absl::Duration delay;  // hold the completion this long after issue
+    bool held = false;     // and until Release() (the engine's release listener says when)
   };
   // Called by the engine with the real result of reading [offset, offset + length) of `path`.
   Outcome Apply(const std::string& path, uint64_t offset, uint64_t length, int64_t result);
+
+  // For engines: `on_release` runs, under the plan's lock, when Release() is called, until
+  // the listener is removed (which waits for a call in progress); the engine then lets go of
+  // the completions it holds. It must not call back into the plan.
+  int AddReleaseListener(std::function<void()> on_release);
+  void RemoveReleaseListener(int id);
 
   bool refuses_direct() const;
   int64_t attempts() const;
@@ -55,7 +74,7 @@ class FaultPlan {
   static absl::StatusOr<std::shared_ptr<FaultPlan>> Parse(const std::string& spec);
 
  private:
-  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads, kRandom };
+  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads, kRandom, kHold };
   struct Rule {
     Kind kind = Kind::kFailAttempts;
     int64_t first = 1;
@@ -77,6 +96,10 @@ class FaultPlan {
   bool refuse_direct_ ABSL_GUARDED_BY(mu_) = false;
   int64_t attempts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int next_listener_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace k3::io

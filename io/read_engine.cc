@@ -183,6 +183,8 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   std::optional<ReadResult> ClaimOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status EndOfFile(const Chunk& c, uint64_t at) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void TimerLoop();
+  void ReleaseHeld();
+  void LetHeldGo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   static void Deliver(std::vector<Finished>& finished);
 
   const EngineOptions options;
@@ -192,6 +194,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   const uint8_t* registered_base = nullptr;  // the arena, when io_uring registered it
   size_t registered_size = 0;
   std::thread timer;
+  int release_listener = -1;  // on options.faults, while the engine runs
 
   mutable absl::Mutex mu;
   std::vector<std::unique_ptr<FileState>> files ABSL_GUARDED_BY(mu);
@@ -204,6 +207,9 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   int device_by_priority[kNumPriorities] ABSL_GUARDED_BY(mu) = {};
   std::deque<Chunk*> retry_ready ABSL_GUARDED_BY(mu);
   std::vector<Timed> timed ABSL_GUARDED_BY(mu);  // min-heap on `when`
+  // Completions a fault plan holds until its Release(), and whether that has come.
+  std::vector<Timed> held ABSL_GUARDED_BY(mu);
+  bool holds_released ABSL_GUARDED_BY(mu) = false;
   uint64_t timed_generation ABSL_GUARDED_BY(mu) = 0;
   std::vector<Finished> deferred ABSL_GUARDED_BY(mu);  // callbacks for the timer thread to run
   absl::flat_hash_map<ReadId, ReadResult> done ABSL_GUARDED_BY(mu);
@@ -238,6 +244,9 @@ absl::Status ReadEngine::Impl::Start() {
   }
   timer = std::thread([this] { TimerLoop(); });
   backend->Start(this);
+  if (options.faults != nullptr) {
+    release_listener = options.faults->AddReleaseListener([this] { ReleaseHeld(); });
+  }
   return absl::OkStatus();
 }
 
@@ -274,10 +283,14 @@ absl::Status ReadEngine::Impl::CreateBackend(Backend which, size_t chunks) {
 
 void ReadEngine::Impl::Shutdown() {
   if (backend == nullptr) return;  // Start() failed before anything ran
+  // Before taking `mu`: the plan calls its listeners under its own lock, and they take `mu`.
+  if (release_listener >= 0) options.faults->RemoveReleaseListener(release_listener);
   std::vector<Finished> out;
   {
     AnnotatedMutexLock lock(&mu);
     stopping = true;
+    // With the listener gone no Release() can reach them, and a shutdown must not wait for one.
+    LetHeldGo();
     std::vector<RequestState*> all;
     for (auto& [id, r] : live) all.push_back(r.get());
     for (RequestState* r : all) CancelLocked(r, &out);
@@ -619,17 +632,23 @@ Chunk* ReadEngine::Impl::WaitForChunk() {
 
 void ReadEngine::Impl::Complete(Chunk* c, int64_t result) {
   absl::Duration delay = absl::ZeroDuration();
+  bool hold = false;
   if (options.faults != nullptr) {
     auto outcome = options.faults->Apply(c->request->file->path, c->file_offset, c->length, result);
     result = outcome.result;
     delay = outcome.delay;
+    hold = outcome.held;
   }
   std::vector<Finished> out;
   {
     AnnotatedMutexLock lock(&mu);
     --backend_in_flight;
     const absl::Time release = std::max(c->not_before, c->issued + delay);
-    if (!stopping && release > absl::Now()) {
+    // A Release() since Apply() said to hold has come and gone: parked now, this one would
+    // stay held for good.
+    if (hold && !stopping && !holds_released) {
+      held.push_back({release, c, result, true});
+    } else if (!stopping && release > absl::Now()) {
       PushTimed({release, c, result, true});  // the emulated volume is not done yet
     } else {
       HandleResult(c, result, &out);
@@ -862,6 +881,20 @@ void ReadEngine::Impl::TimerLoop() {
       AwaitWithDeadline(mu, absl::Condition(&changed), timed.front().when);
     }
   }
+}
+
+// The fault plan's Release(), on the caller's thread.
+void ReadEngine::Impl::ReleaseHeld() {
+  AnnotatedMutexLock lock(&mu);
+  holds_released = true;
+  LetHeldGo();
+}
+
+// The timer thread completes what was held, as it does a profile's holds (at once when their
+// time has passed), so that callbacks still run on an engine thread.
+void ReadEngine::Impl::LetHeldGo() {
+  for (const Timed& t : held) PushTimed(t);
+  held.clear();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,12 +192,33 @@ TEST_F(ChatTest, HistoryOfAnotherModelIsRefusedAndLeftUntouched) {
   EXPECT_EQ(testing::ReadAll(dir_ / "h.json"), saved);
 }
 
-// Polls `path` until it holds `text` (any text when empty; true) or ten seconds pass (false).
+// The polls below return as soon as what they wait for has happened; their bound of a minute
+// only turns a broken build's hang into a failure, far above what a sanitizer build on a loaded
+// machine takes.
+constexpr int kPolls = 6000;
+constexpr std::chrono::milliseconds kPollInterval(10);
+
+// Polls `path` until it holds `text` (any text when empty; true) or the bound passes (false).
 bool WaitForText(const std::string& path, const std::string& text) {
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0; i < kPolls; ++i) {
     const std::string contents = testing::ReadAll(path);
     if (text.empty() ? !contents.empty() : contents.find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  return false;
+}
+
+// Polls until the main thread of `pid` is blocked reading its standard input (the chat is at
+// its prompt), so that a signal sent next interrupts that read. A fixed pause could end while the
+// chat is still saving the turn, or between its check of the Ctrl-C flag and the read.
+bool WaitForPromptRead(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/syscall";
+  for (int i = 0; i < kPolls; ++i) {
+    std::ifstream in(path);
+    long number = -1;
+    std::string fd;
+    if (in >> number >> fd && number == SYS_read && fd == "0x0") return true;
+    std::this_thread::sleep_for(kPollInterval);
   }
   return false;
 }
@@ -228,7 +250,7 @@ TEST_F(ChatTest, CtrlCStopsTheReplyAndAtThePromptExits130) {
   ASSERT_TRUE(WaitForText(dir_ / "out", "")) << "no reply began";
   ::kill(pid, SIGINT);
   EXPECT_TRUE(WaitForText(dir_ / "err", "interrupted]")) << testing::ReadAll(dir_ / "err");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // back at the prompt
+  EXPECT_TRUE(WaitForPromptRead(pid)) << "not back at the prompt";
   ::kill(pid, SIGINT);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);

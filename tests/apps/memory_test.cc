@@ -6,6 +6,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
+#include "tests/util/sanitizers.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {
@@ -18,21 +19,9 @@ using testing::RunK3;
 // slack) on top of the planned parts.
 constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
 
-// Sanitizers add shadow memory and quarantines the budget knows nothing of.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
-  if (kSanitized) GTEST_SKIP() << "RSS under a sanitizer is not the engine's";
+  // Sanitizers add shadow memory and quarantines the budget knows nothing of.
+  if (testing::kSanitized) GTEST_SKIP() << "RSS under a sanitizer is not the engine's";
   testing::TempDir dir;
   ASSERT_EQ(
       RunK3({"synth", "--preset", "demo", "--router-skew", "1", "--out", dir / "m", "--quiet"})

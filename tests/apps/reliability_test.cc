@@ -136,11 +136,18 @@ TEST(ReliabilityTest, KilledSynthNeverLeavesAModelThatOpens) {
 TEST(ReliabilityTest, CtrlCDuringGenerateExits130WithTheSummary) {
   testing::TempDir dir;
   ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  // Interrupted once its first token is out, when its handler is in place: a fixed delay could
+  // end before that on a loaded machine, and the shell starts a background job with SIGINT
+  // ignored, so the run would go on to the end. (The poll's bound of a minute is for a broken
+  // build only.)
+  const std::string tokens = ShellQuote(dir / "tokens");
   K3Result r = RunShell("\"$K3\" generate -m " + ShellQuote(dir / "m") +
                         " --ids 3,7 -n 200000 --max-context 250000 --ignore-eos"
                         " --report-json " +
-                        ShellQuote(dir / "r.json") +
-                        " > /dev/null & pid=$!; sleep 2; kill -INT $pid; wait $pid");
+                        ShellQuote(dir / "r.json") + " > " + tokens +
+                        " & pid=$!; i=0; while [ ! -s " + tokens +
+                        " ] && [ $i -lt 12000 ]; do sleep 0.005; i=$((i+1)); done;"
+                        " kill -INT $pid; wait $pid");
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_THAT(r.err, HasSubstr("interrupted"));
   EXPECT_TRUE(fs::exists(dir / "r.json")) << "the report of what was produced is written";

@@ -1,5 +1,5 @@
 // Storage profiles: parsing (named, custom, lists, errors naming the bad part), the emulator's
-// schedule, and the emulation measured through the engine within 10 % of the profile.
+// schedule, and the emulation measured through the engine: never faster than the profile.
 #include "io/storage_profile.h"
 
 #include <algorithm>
@@ -135,6 +135,18 @@ TEST(StorageEmulatorTest, ScheduleFollowsIopsBandwidthAndLatency) {
 
 // The emulation measured end to end through the engine. Buffered reads of a cached file make
 // the real device much faster than the profile, so the profile is what is measured.
+//
+// Each figure has two sides. The engine holds every completion until the profile's schedule
+// releases it, and the schedule starts at the moment of issue, after this test has read the
+// clock: so the profile is never beaten, and that side is checked exactly, however the threads
+// run. Falling short of the profile is another matter: each hand-off between threads adds its
+// wake-up time, which a loaded machine stretches to milliseconds. Idle, every figure comes
+// within 10 % of its profile (latency measured at 4 ms); under ASan on a 2-core machine with
+// both cores busy and two compilers running beside, a 4 ms latency took 7.4 ms even in the best
+// of 25 reads, and rates fell to a third of the profile. So that side asks only for what
+// survives such load: the best of ten reads of a 20 ms latency below 35 ms (a hold counted
+// twice would make every read 40 ms or more), rates of a tenth of the profile (a stream that
+// stalls).
 class ProfileAccuracyTest : public ::testing::Test {
  protected:
   void SetUp() override { file_ = MakeFile(dir_ / "cached.bin", kFileBytes, 2); }
@@ -153,11 +165,13 @@ class ProfileAccuracyTest : public ::testing::Test {
     return *std::move(engine);
   }
 
-  // Reads `count` requests of `bytes` keeping `depth` in flight and returns the completion
-  // rate in requests per second over the middle of the stream: ramp-up, tail and the hand-offs
-  // at both ends (which a loaded machine stretches) stay out of the figure, what the emulated
-  // volume delivers in steady state stays in.
-  double SteadyRate(ReadEngine& engine, int count, uint64_t bytes, int depth) {
+  struct Rates {
+    double overall;  // requests per second, from before the first submission to the last result
+    double steady;   // over the middle of the stream, without ramp-up and tail
+  };
+
+  // Reads `count` one-chunk requests of `bytes`, keeping `depth` in flight.
+  Rates Measure(ReadEngine& engine, int count, uint64_t bytes, int depth) {
     auto f = engine.OpenFile(file_.path);
     EXPECT_TRUE(f.ok());
     auto arena = MakeArena(depth * bytes);
@@ -170,6 +184,7 @@ class ProfileAccuracyTest : public ::testing::Test {
                                   arena->Slice(slot * bytes, bytes), Priority::kDemand, slot))
               .ok());
     };
+    const absl::Time start = absl::Now();
     for (int slot = 0; slot < depth; ++slot) submit(slot);
     std::vector<absl::Time> done;
     for (int i = 0; i < count; ++i) {
@@ -179,7 +194,8 @@ class ProfileAccuracyTest : public ::testing::Test {
       if (submitted < count) submit(static_cast<int>(r->user_data));
     }
     const int first = count / 6, last = count - count / 6;
-    return (last - first) / absl::ToDoubleSeconds(done[last] - done[first]);
+    return {.overall = count / absl::ToDoubleSeconds(done.back() - start),
+            .steady = (last - first) / absl::ToDoubleSeconds(done[last] - done[first])};
   }
 
   static constexpr size_t kFileBytes = 8 << 20;
@@ -187,35 +203,42 @@ class ProfileAccuracyTest : public ::testing::Test {
   TestFile file_;
 };
 
-TEST_F(ProfileAccuracyTest, LatencyWithinTenPercent) {
-  auto engine = Engine("lat=4ms", 1);
+TEST_F(ProfileAccuracyTest, LatencyIsNeverBelowTheProfile) {
+  auto engine = Engine("lat=20ms", 1);
   auto f = engine->OpenFile(file_.path);
   ASSERT_TRUE(f.ok());
   auto arena = MakeArena(8192);
   std::vector<double> ms;
-  for (int i = 0; i < 25; ++i) {
+  for (int i = 0; i < 10; ++i) {
     const absl::Time start = absl::Now();
     ASSERT_TRUE(engine->Read(MakeRequest(*f, i * 8192, 4096, arena->Slice(0, 8192))).ok());
     ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    EXPECT_GE(ms.back(), 20.0) << "read " << i;
   }
-  std::sort(ms.begin(), ms.end());
-  EXPECT_NEAR(ms[ms.size() / 2], 4.0, 0.4);
+  EXPECT_LT(*std::min_element(ms.begin(), ms.end()), 35.0);
 }
 
-TEST_F(ProfileAccuracyTest, BandwidthWithinTenPercent) {
+TEST_F(ProfileAccuracyTest, BandwidthIsNeverAboveTheProfile) {
+  // 60 MiB through a pipe of 200 MB/s take 315 ms at least.
   auto engine = Engine("bw=200MB/s", 8);
-  const double mbps = SteadyRate(*engine, 60, 1 << 20, 8) * (1 << 20) / 1e6;
-  EXPECT_NEAR(mbps, 200, 20);
+  const Rates r = Measure(*engine, 60, 1 << 20, 8);
+  const double mb = (1 << 20) / 1e6;
+  EXPECT_LE(r.overall * mb, 200);
+  EXPECT_GE(r.steady * mb, 200 * 0.1);
 }
 
-TEST_F(ProfileAccuracyTest, IopsWithinTenPercent) {
+TEST_F(ProfileAccuracyTest, IopsAreNeverAboveTheProfile) {
+  // One IOPS slot per request: the last of 480 starts 479 slots of 0.5 ms after the first.
   auto engine = Engine("iops=2000", 16);
-  EXPECT_NEAR(SteadyRate(*engine, 480, 4096, 16), 2000, 200);
+  const Rates r = Measure(*engine, 480, 4096, 16);
+  EXPECT_LE(r.overall, 2000 * 480.0 / 479);
+  EXPECT_GE(r.steady, 2000 * 0.1);
 }
 
 TEST_F(ProfileAccuracyTest, InFlightCapMakesThroughputLatencyBound) {
   // At most 4 requests in flight (the profile's qd, below the engine's 32), 5 ms each: by
-  // Little's law 800 requests per second, whatever the device could do.
+  // Little's law 800 requests per second, whatever the device could do; 80 requests take 20
+  // rounds of 5 ms at least.
   auto engine = Engine("lat=5ms,qd=4", 32);
   auto f = engine->OpenFile(file_.path);
   ASSERT_TRUE(f.ok());
@@ -230,13 +253,10 @@ TEST_F(ProfileAccuracyTest, InFlightCapMakesThroughputLatencyBound) {
     auto r = engine->WaitAny();
     ASSERT_TRUE(r && r->status.ok());
   }
-  // The cap is exact and the rate can never beat it. How far below it falls depends on the
-  // thread hand-offs of each of the 20 rounds, which a loaded 2-core machine stretches (under a
-  // parallel ctest run it measured 640), so the lower bound is only a sanity check.
   EXPECT_EQ(engine->stats().peak_requests_in_flight, 4);
   const double rate = 80 / absl::ToDoubleSeconds(absl::Now() - start);
-  EXPECT_LE(rate, 800 * 1.1);
-  EXPECT_GE(rate, 800 * 0.5);
+  EXPECT_LE(rate, 800);
+  EXPECT_GE(rate, 800 * 0.1);
 }
 
 }  // namespace
