@@ -76,7 +76,7 @@ TEST(MemoryTest, RealDimensionsRunOneTokenAtTheMinimumWithinBudget) {
   EXPECT_GT(report["bytes_read"]["trunk"].get<uint64_t>() +
                 report["prefill"]["bytes_read"]["trunk"].get<uint64_t>(),
             2'000'000'000u);
-  if (!kSanitized) {
+  if (!testing::kSanitized) {
     const uint64_t rss = report["peak_rss_bytes"];
     EXPECT_LE(rss, budget + kFixedOverheadBytes) << "peak RSS " << rss << " over " << budget;
   }
