@@ -159,7 +159,9 @@ absl::Status Checkpoint::ScanIndex(const std::string& path, JsonReader& reader, 
   if (absl::Status s = reader.Load(**file, 0, (*file)->size()); !s.ok()) return s;
   od::document doc;
   auto invalid = [&](error_code e) {
-    return error(absl::StrCat("not valid JSON (", reader.Describe(e, doc), ")"));
+    return error(
+        absl::StrCat(e == simdjson::DEPTH_ERROR ? "nests values too deep (" : "not valid JSON (",
+                     reader.Describe(e, doc), ")"));
   };
   od::json_type type;
   error_code e = reader.Start(doc);

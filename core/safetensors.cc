@@ -50,6 +50,11 @@ struct EntryScratch {
 
 absl::Status Invalid(JsonReader& reader, od::document& doc, std::string_view file,
                      error_code error) {
+  // Valid JSON, for nlohmann, which has no limit; refused all the same.
+  if (error == simdjson::DEPTH_ERROR) {
+    return Corrupt(file, absl::StrCat("header nests values more than ", JsonReader::kMaxDepth,
+                                      " levels deep (", reader.Describe(error, doc), ")"));
+  }
   return Corrupt(file,
                  absl::StrCat("header is not valid JSON (", reader.Describe(error, doc), ")"));
 }

@@ -79,7 +79,8 @@ class HeaderSource {
 };
 
 // Parses and checks a header of a file of `file_size` bytes, passing each tensor to `sink`,
-// and checks that no two tensors overlap. Errors are DataLoss and start with `file_name`.
+// and checks that no two tensors overlap. Errors are DataLoss and start with `file_name`, but
+// for a read that fails, which returns the file's own error (it names the file too).
 absl::Status ScanSafetensorsHeader(const HeaderSource& header, uint64_t file_size,
                                    std::string_view file_name, SafetensorsSink& sink);
 
