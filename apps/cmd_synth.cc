@@ -1,5 +1,7 @@
 // k3 synth: write a random-weight checkpoint in the release layout.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -33,7 +35,17 @@ int RunSynth(const std::vector<std::string>& positional) {
   } else if (dtype != "release") {
     return UsageError(kName, "--dtype must be release, f16 or f32, not '" + dtype + "'");
   }
-  for (const std::string& kv : absl::GetFlag(FLAGS_set)) {
+  // --set is a list flag, which absl splits on commas: full_attn_layers=4,6 arrives as
+  // "full_attn_layers=4" and "6". A piece without '=' continues the value before it.
+  std::vector<std::string> sets;
+  for (const std::string& piece : absl::GetFlag(FLAGS_set)) {
+    if (piece.find('=') == std::string::npos && !sets.empty()) {
+      absl::StrAppend(&sets.back(), ",", piece);
+    } else {
+      sets.push_back(piece);
+    }
+  }
+  for (const std::string& kv : sets) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
       return UsageError(kName, absl::StrCat("--set ", kv, ": expected key=value"));
@@ -98,7 +110,9 @@ const Subcommand& SynthCommand() {
       "zeros (full: 1.56 TB apparent, ~140 MB on disk; a zero E8M0 scale is 2^-127, legal,\n"
       "unlike the 0xFF NaN code). A sparse checkpoint tests opening, planning, RSS and the\n"
       "compute path at real dimensions, not arithmetic and not disk speed.\n"
-      "--single-file writes the language model as one model.safetensors, no index.",
+      "--single-file writes the language model as one model.safetensors, no index.\n"
+      "--set key=value overrides a config key (repeatable); a list keeps its commas:\n"
+      "--set full_attn_layers=4,8 --set hidden_size=256.",
       {"preset", "out", "seed", "set", "router-skew", "dtype", "sparse", "single-file", "force",
        "quiet"},
       RunSynth};

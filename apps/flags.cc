@@ -10,7 +10,7 @@ ABSL_FLAG(std::string, preset, "",
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same bytes.");
 ABSL_FLAG(std::vector<std::string>, set, {},
           "Override a config key, e.g. --set hidden_size=256 --set full_attn_layers=4,8 "
-          "(repeatable).");
+          "(repeatable; a list value keeps its commas).");
 ABSL_FLAG(double, router_skew, 0.0,
           "Per-expert popularity in the router bias (0 = uniform routing; about 1 looks like "
           "real traces).");

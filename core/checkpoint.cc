@@ -2,22 +2,26 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/json_reader.h"
 #include "core/numeric.h"
 #include "core/tokenizer/absl_compat.h"
 
 namespace k3 {
 namespace {
 
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
 using tokenizer_internal::Av;
 
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr char kSingleFile[] = "model.safetensors";
-// Headers and the index are read through one window this size: small enough to stay in cache
-// and to cost nothing to allocate, large enough that reads are few.
-constexpr size_t kWindowBytes = 256 << 10;
+// The index is read whole; the release's is 59.8 MB. A larger one is refused as corrupt rather
+// than read into memory.
+constexpr uint64_t kMaxIndexBytes = 1ull << 30;
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   return absl::StrCat(dir, "/", name);
@@ -142,47 +146,70 @@ absl::Status Checkpoint::AddTensor(std::string_view name, DType dtype,
   return absl::OkStatus();
 }
 
-absl::Status Checkpoint::ScanIndex(const std::string& path, std::span<char> window,
-                                   IndexScan& index) {
+absl::Status Checkpoint::ScanIndex(const std::string& path, JsonReader& reader, IndexScan& index) {
   auto file = io::RandomAccessFile::Open(path);
   if (!file.ok()) return file.status();
-  JsonStream json = ReadJsonFrom(**file, 0, (*file)->size(), window);
   auto error = [&](std::string_view what) {
     return absl::DataLossError(absl::StrCat(path, ": ", Av(what)));
   };
-  auto invalid = [&] { return error(absl::StrCat("not valid JSON (", json.error(), ")")); };
-  if (json.Peek() != JsonStream::Type::kObject) {
-    if (!json.SkipValue() || !json.Finish()) return invalid();
+  if ((*file)->size() > kMaxIndexBytes) {
+    return error(absl::StrCat("is ", (*file)->size(), " bytes, more than any index (limit ",
+                              kMaxIndexBytes, ")"));
+  }
+  if (absl::Status s = reader.Load(**file, 0, (*file)->size()); !s.ok()) return s;
+  od::document doc;
+  auto invalid = [&](error_code e) {
+    return error(
+        absl::StrCat(e == simdjson::DEPTH_ERROR ? "nests values too deep (" : "not valid JSON (",
+                     reader.Describe(e, doc), ")"));
+  };
+  od::json_type type;
+  error_code e = reader.Start(doc);
+  if (!e) e = doc.type().get(type);
+  if (e) return invalid(e);
+  if (type != od::json_type::object) {
+    if ((e = reader.SkipDocument(doc))) return invalid(e);
     return error("not a JSON object");
   }
   index.part_file.assign(part_shard_.size(), 0);
   absl::flat_hash_map<std::string, uint16_t> ids;
   bool has_map = false;
-  std::string key, name, shard_file;
-  json.BeginObject();
-  while (json.NextMember(key)) {
-    if (key != "weight_map" || json.Peek() != JsonStream::Type::kObject) {
+  std::string name;
+  od::object root;
+  if ((e = doc.get_object().get(root))) return invalid(e);
+  for (auto member : root) {
+    od::field field;
+    std::string_view key;
+    if ((e = reader.Member(std::move(member), field, key, type))) return invalid(e);
+    if (key != "weight_map" || type != od::json_type::object) {
       if (key == "weight_map") has_map = false;
-      json.SkipValue();
+      if ((e = reader.Skip(field.value()))) return invalid(e);
       continue;
     }
     has_map = true;
-    json.BeginObject();
-    while (json.NextMember(name)) {
-      if (json.Peek() != JsonStream::Type::kString) {
-        if (!json.SkipValue()) break;
+    od::object map;
+    if ((e = field.value().get_object().get(map))) return invalid(e);
+    for (auto entry_result : map) {
+      od::field entry;
+      std::string_view text;
+      if ((e = reader.Member(std::move(entry_result), entry, text, type))) return invalid(e);
+      name.assign(text);
+      if (type != od::json_type::string) {
+        if ((e = reader.Skip(entry.value()))) return invalid(e);
         return error(
             absl::StrCat("weight_map entry for ", name, " is not a file name in the directory"));
       }
-      if (!json.ReadString(shard_file)) break;
+      std::string_view shard_file;
+      if ((e = reader.String(entry.value(), shard_file))) return invalid(e);
       if (shard_file.find('/') != std::string::npos) {
         return error(
             absl::StrCat("weight_map entry for ", name, " is not a file name in the directory"));
       }
-      auto [it, fresh] = ids.try_emplace(shard_file, static_cast<uint16_t>(index.files.size()));
-      if (fresh) {
+      auto it = ids.find(Av(shard_file));
+      if (it == ids.end()) {
         if (index.files.size() == UINT16_MAX) return error("names more than 65,535 shards");
-        index.files.push_back(shard_file);
+        it = ids.emplace(std::string(shard_file), static_cast<uint16_t>(index.files.size())).first;
+        index.files.emplace_back(shard_file);
       }
       ExpertName n;
       if (const int64_t slot = NoteExpertName(name, &n); slot >= 0) {
@@ -192,7 +219,7 @@ absl::Status Checkpoint::ScanIndex(const std::string& path, std::span<char> wind
       }
     }
   }
-  if (!json.ok() || !json.Finish()) return invalid();
+  if ((e = reader.Finish(doc))) return invalid(e);
   if (!has_map) return error("no \"weight_map\" object");
   return absl::OkStatus();
 }
@@ -238,13 +265,15 @@ absl::Status Checkpoint::LoadShards() {
   const std::vector<TensorSpec> specs = ExpertTensorSpecs(c, names_, 0, 0);
   for (int part = 0; part < 6; ++part) part_shape_[part] = specs[part].shape;
 
-  std::vector<char> window(kWindowBytes);
+  // One buffer and parser for the index and every header, grown to the largest of them (in a
+  // release, the index): allocated once, their pages are faulted in once.
+  JsonReader reader;
   IndexScan index;
   std::vector<int> shard_of_file;
   const std::string index_path = JoinPath(dir_, kIndexFile);
   const bool has_index = io::FileExists(index_path);
   if (has_index) {
-    if (absl::Status s = ScanIndex(index_path, window, index); !s.ok()) return s;
+    if (absl::Status s = ScanIndex(index_path, reader, index); !s.ok()) return s;
     std::vector<std::string> files = index.files;
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) {
@@ -277,7 +306,7 @@ absl::Status Checkpoint::LoadShards() {
     if (!length.ok()) return length.status();
     HeaderSink sink(*this, static_cast<int>(shard));
     if (absl::Status s =
-            ScanSafetensorsHeader(HeaderSource(f, *length, window), f.size(), f.path(), sink);
+            ScanSafetensorsHeader(HeaderSource(f, *length, reader), f.size(), f.path(), sink);
         !s.ok()) {
       return s;
     }

@@ -28,6 +28,8 @@
 
 namespace k3 {
 
+class JsonReader;
+
 struct ByteSpan {
   int shard = 0;
   uint64_t offset = 0;
@@ -105,7 +107,7 @@ class Checkpoint {
 
   Checkpoint() : names_("") {}
   absl::Status LoadShards();
-  absl::Status ScanIndex(const std::string& path, std::span<char> window, IndexScan& index);
+  absl::Status ScanIndex(const std::string& path, JsonReader& reader, IndexScan& index);
   absl::Status CheckIndex(const std::string& path, const IndexScan& index,
                           std::span<const int> shard_of_file) const;
   // Files a header's tensor: in its expert slot when it is a part of the expected form,

@@ -3,15 +3,19 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/json_reader.h"
 #include "core/tokenizer/absl_compat.h"
 #include "nlohmann/json.hpp"
 
 namespace k3 {
 namespace {
 
+namespace od = simdjson::ondemand;
+using simdjson::error_code;
 using tokenizer_internal::Av;
 
 absl::Status Corrupt(std::string_view file, std::string_view what) {
@@ -38,78 +42,118 @@ std::string ShapeText(std::span<const int64_t> shape) {
 
 // State reused from entry to entry, so that a header costs no allocation per tensor.
 struct EntryScratch {
-  std::string key;
+  std::string name;
   std::string dtype;
   std::vector<uint64_t> values;
   std::vector<int64_t> shape;
 };
 
-// Reads an array into `values`; returns the position of the first element that is not a
-// non-negative integer (elements of other types are skipped), or values.size() if none.
-size_t ReadUnsignedArray(JsonStream& json, std::vector<uint64_t>& values) {
-  values.clear();
-  size_t first_bad = SIZE_MAX;
-  json.BeginArray();
-  while (json.NextElement()) {
-    uint64_t v = 0;
-    bool is_unsigned = false;
-    if (json.Peek() == JsonStream::Type::kNumber) {
-      json.ReadNumber(&v, &is_unsigned);
-    } else {
-      json.SkipValue();
-    }
-    if (!is_unsigned && first_bad == SIZE_MAX) first_bad = values.size();
-    values.push_back(v);
+absl::Status Invalid(JsonReader& reader, od::document& doc, std::string_view file,
+                     error_code error) {
+  // Valid JSON, for nlohmann, which has no limit; refused all the same.
+  if (error == simdjson::DEPTH_ERROR) {
+    return Corrupt(file, absl::StrCat("header nests values more than ", JsonReader::kMaxDepth,
+                                      " levels deep (", reader.Describe(error, doc), ")"));
   }
-  return std::min(first_bad, values.size());
+  return Corrupt(file,
+                 absl::StrCat("header is not valid JSON (", reader.Describe(error, doc), ")"));
 }
 
-// Reads one entry {dtype, shape, data_offsets} (other keys are skipped) and checks it on its
-// own; offsets in the file are relative to the data section at `data_start`.
-absl::Status ReadEntry(JsonStream& json, std::string_view name, uint64_t data_start,
+// Reads an array into `values`; *first_bad is the position of the first element that is not
+// a non-negative integer (elements of other types are validated and skipped), or
+// values.size() if there is none.
+error_code ReadUnsignedArray(JsonReader& reader, od::value value, std::vector<uint64_t>& values,
+                             size_t* first_bad) {
+  values.clear();
+  *first_bad = SIZE_MAX;
+  od::array array;
+  if (error_code e = value.get_array().get(array)) return e;
+  for (auto element : array) {
+    od::value v;
+    od::json_type type;
+    if (error_code e = std::move(element).get(v)) return e;
+    if (error_code e = v.type().get(type)) return e;
+    uint64_t x = 0;
+    bool is_unsigned = false;
+    if (type == od::json_type::number) {
+      // What is not a 64-bit unsigned integer (a negative, a fraction, an exponent, 2^64) must
+      // still be a valid number.
+      is_unsigned = !v.get_uint64().get(x);
+      if (!is_unsigned) {
+        if (error_code e = reader.CheckNumber(v)) return e;
+      }
+    } else if (error_code e = reader.Skip(v)) {
+      return e;
+    }
+    if (!is_unsigned && *first_bad == SIZE_MAX) *first_bad = values.size();
+    values.push_back(x);
+  }
+  *first_bad = std::min(*first_bad, values.size());
+  return simdjson::SUCCESS;
+}
+
+// Reads one entry {dtype, shape, data_offsets} (other keys are validated and skipped) named
+// s.name and checks it on its own; offsets in the file are relative to the data section at
+// `data_start`.
+absl::Status ReadEntry(JsonReader& reader, od::document& doc, od::value value, uint64_t data_start,
                        uint64_t file_size, std::string_view file, EntryScratch& s,
                        TensorEntry* out) {
+  const std::string& name = s.name;
   auto where = [&](std::string_view what) {
     return Corrupt(file, absl::StrCat(Av(name), ": ", Av(what)));
   };
-  auto invalid = [&] {
-    return Corrupt(file, absl::StrCat("header is not valid JSON (", json.error(), ")"));
-  };
-  if (json.Peek() != JsonStream::Type::kObject) {
-    if (!json.SkipValue()) return invalid();
+  od::json_type type;
+  if (error_code e = value.type().get(type)) return Invalid(reader, doc, file, e);
+  if (type != od::json_type::object) {
+    if (error_code e = reader.Skip(value)) return Invalid(reader, doc, file, e);
     return where("entry is not an object");
   }
+  od::object object;
+  if (error_code e = value.get_object().get(object)) return Invalid(reader, doc, file, e);
   // Later keys win, as in a parsed JSON object.
   bool has_dtype = false, has_shape = false, shape_ok = false, has_offsets = false;
   uint64_t offsets[2] = {0, 0};
   size_t bad_dim = 0;
-  json.BeginObject();
-  while (json.NextMember(s.key)) {
-    const JsonStream::Type type = json.Peek();
-    if (s.key == "dtype" && type == JsonStream::Type::kString) {
-      has_dtype = json.ReadString(s.dtype);
-    } else if (s.key == "shape" && type == JsonStream::Type::kArray) {
+  enum Key { kOther, kDType, kShape, kOffsets };
+  for (auto member : object) {
+    od::field field;
+    std::string_view key_text;
+    error_code e = reader.Member(std::move(member), field, key_text, type);
+    if (e) return Invalid(reader, doc, file, e);
+    const Key key = key_text == "dtype"          ? kDType
+                    : key_text == "shape"        ? kShape
+                    : key_text == "data_offsets" ? kOffsets
+                                                 : kOther;
+    od::value v = field.value();
+    if (key == kDType && type == od::json_type::string) {
+      std::string_view dtype;
+      e = reader.String(v, dtype);
+      s.dtype.assign(dtype);
+      has_dtype = true;
+    } else if (key == kShape && type == od::json_type::array) {
       has_shape = true;
-      bad_dim = ReadUnsignedArray(json, s.values);
+      e = ReadUnsignedArray(reader, v, s.values, &bad_dim);
       shape_ok = bad_dim == s.values.size();
       s.shape.clear();
-      for (uint64_t v : s.values) {
-        s.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX)));
+      for (uint64_t d : s.values) {
+        s.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(d, INT64_MAX)));
       }
-    } else if (s.key == "data_offsets" && type == JsonStream::Type::kArray) {
-      has_offsets = ReadUnsignedArray(json, s.values) == 2 && s.values.size() == 2;
+    } else if (key == kOffsets && type == od::json_type::array) {
+      size_t first_bad = 0;
+      e = ReadUnsignedArray(reader, v, s.values, &first_bad);
+      has_offsets = first_bad == 2 && s.values.size() == 2;
       if (has_offsets) {
         offsets[0] = s.values[0];
         offsets[1] = s.values[1];
       }
     } else {
-      if (s.key == "dtype") has_dtype = false;
-      if (s.key == "shape") has_shape = false;
-      if (s.key == "data_offsets") has_offsets = false;
-      json.SkipValue();
+      if (key == kDType) has_dtype = false;
+      if (key == kShape) has_shape = false;
+      if (key == kOffsets) has_offsets = false;
+      e = reader.Skip(v);
     }
+    if (e) return Invalid(reader, doc, file, e);
   }
-  if (!json.ok()) return invalid();
   if (!has_dtype) return where("missing dtype");
   if (!ParseDType(s.dtype, &out->dtype)) {
     return absl::DataLossError(absl::StrCat(Av(file), ": tensor ", Av(name),
@@ -155,34 +199,43 @@ struct Extent {
   size_t ordinal;
 };
 
-// One pass over a header: every entry checked and handed to `sink` (when not null), their
-// extents collected when `extents` is not null, and names at `want` ordinals (sorted) copied.
-absl::Status Pass(const HeaderSource& header, uint64_t file_size, std::string_view file,
+// One pass over the header in `reader` (`length` bytes after the prefix): every entry checked
+// and handed to `sink` (when not null), their extents collected when `extents` is not null,
+// and names at `want` ordinals (sorted) copied.
+absl::Status Pass(JsonReader& reader, uint64_t length, uint64_t file_size, std::string_view file,
                   SafetensorsSink* sink, bool* in_order, std::vector<Extent>* extents,
                   std::vector<std::pair<size_t, std::string>>* want) {
-  JsonStream json = header.Open();
-  auto invalid = [&] {
-    return Corrupt(file, absl::StrCat("header is not valid JSON (", json.error(), ")"));
-  };
-  if (json.Peek() != JsonStream::Type::kObject) {
-    if (!json.SkipValue() || !json.Finish()) return invalid();
+  od::document doc;
+  od::json_type type;
+  error_code e = reader.Start(doc);
+  if (!e) e = doc.type().get(type);
+  if (e) return Invalid(reader, doc, file, e);
+  if (type != od::json_type::object) {
+    if ((e = reader.SkipDocument(doc))) return Invalid(reader, doc, file, e);
     return Corrupt(file, "header JSON is not an object");
   }
-  const uint64_t data_start = 8 + header.length();
+  const uint64_t data_start = 8 + length;
   EntryScratch scratch;
-  std::string name;
   TensorEntry entry;
   size_t ordinal = 0;
   uint64_t last_end = 0;
   auto wanted =
       want != nullptr ? want->begin() : std::vector<std::pair<size_t, std::string>>::iterator();
-  json.BeginObject();
-  while (json.NextMember(name)) {
+  od::object root;
+  if ((e = doc.get_object().get(root))) return Invalid(reader, doc, file, e);
+  for (auto member : root) {
+    od::field field;
+    std::string_view name;
+    if ((e = reader.Member(std::move(member), field, name, type))) {
+      return Invalid(reader, doc, file, e);
+    }
     if (name == "__metadata__") {
-      if (!json.SkipValue()) return invalid();
+      if ((e = reader.Skip(field.value()))) return Invalid(reader, doc, file, e);
       continue;
     }
-    if (absl::Status s = ReadEntry(json, name, data_start, file_size, file, scratch, &entry);
+    scratch.name.assign(name);
+    if (absl::Status s =
+            ReadEntry(reader, doc, field.value(), data_start, file_size, file, scratch, &entry);
         !s.ok()) {
       return s;
     }
@@ -196,11 +249,11 @@ absl::Status Pass(const HeaderSource& header, uint64_t file_size, std::string_vi
     }
     if (extents != nullptr) extents->push_back({entry.file_offset, entry.byte_size, ordinal});
     if (want != nullptr && wanted != want->end() && wanted->first == ordinal) {
-      (wanted++)->second = name;
+      (wanted++)->second = scratch.name;
     }
     ++ordinal;
   }
-  if (!json.ok() || !json.Finish()) return invalid();
+  if ((e = reader.Finish(doc))) return Invalid(reader, doc, file, e);
   return absl::OkStatus();
 }
 
@@ -258,37 +311,26 @@ absl::StatusOr<uint64_t> ParseHeaderLength(const uint8_t prefix[8], uint64_t fil
   return n;
 }
 
-JsonStream ReadJsonFrom(const io::RandomAccessFile& file, uint64_t offset, uint64_t length,
-                        std::span<char> window) {
-  const io::RandomAccessFile* f = &file;
-  return JsonStream(
-      length,
-      [f, offset](std::span<char> buf) mutable -> absl::StatusOr<size_t> {
-        if (absl::Status s =
-                f->ReadAt(offset, {reinterpret_cast<uint8_t*>(buf.data()), buf.size()});
-            !s.ok()) {
-          return s;
-        }
-        offset += buf.size();
-        return buf.size();
-      },
-      window);
-}
-
-JsonStream HeaderSource::Open() const {
-  return file_ == nullptr ? JsonStream(json_) : ReadJsonFrom(*file_, 8, length_, window_);
-}
-
 absl::Status ScanSafetensorsHeader(const HeaderSource& header, uint64_t file_size,
                                    std::string_view file_name, SafetensorsSink& sink) {
+  JsonReader own;
+  JsonReader& reader = header.reader() != nullptr ? *header.reader() : own;
+  if (absl::Status s = header.file() != nullptr ? reader.Load(*header.file(), 8, header.length())
+                                                : reader.Load(header.json());
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t length = header.length();
   bool in_order = true;
-  if (absl::Status s = Pass(header, file_size, file_name, &sink, &in_order, nullptr, nullptr);
+  if (absl::Status s =
+          Pass(reader, length, file_size, file_name, &sink, &in_order, nullptr, nullptr);
       !s.ok() || in_order) {
     return s;
   }
   // Listed out of offset order: a second pass collects every extent to sort.
   std::vector<Extent> extents;
-  if (absl::Status s = Pass(header, file_size, file_name, nullptr, nullptr, &extents, nullptr);
+  if (absl::Status s =
+          Pass(reader, length, file_size, file_name, nullptr, nullptr, &extents, nullptr);
       !s.ok()) {
     return s;
   }
@@ -303,7 +345,7 @@ absl::Status ScanSafetensorsHeader(const HeaderSource& header, uint64_t file_siz
                                                          {extents[i].ordinal, ""}};
     const bool swapped = names[0].first > names[1].first;
     if (swapped) std::swap(names[0], names[1]);
-    (void)Pass(header, file_size, file_name, nullptr, nullptr, nullptr, &names);
+    (void)Pass(reader, length, file_size, file_name, nullptr, nullptr, nullptr, &names);
     if (swapped) std::swap(names[0], names[1]);
     return Corrupt(file_name, absl::StrCat("tensors ", names[0].second, " and ", names[1].second,
                                            " overlap at file offset ", extents[i].offset));

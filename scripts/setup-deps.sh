@@ -8,7 +8,7 @@ build_dir=${1:-build}
 packages=(
   g++ cmake make pkg-config git
   liburing-dev libtbb-dev libabsl-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev
-  libpcre2-dev libhwy-dev
+  libsimdjson-dev libpcre2-dev libhwy-dev
   python3 python3-torch python3-numpy
   fio clang-format
   clang libclang-rt-14-dev  # the fuzz targets: clang and libFuzzer's runtime (make fuzz)

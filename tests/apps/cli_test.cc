@@ -102,6 +102,21 @@ TEST(CliTest, SynthThenInspect) {
   EXPECT_THAT(inspect.out, HasSubstr("one read per expert"));
 }
 
+// absl splits a list flag on commas: a list value of --set must reach the config whole, and
+// the next --set must stay its own override.
+TEST(CliTest, SynthSetTakesAListValue) {
+  testing::TempDir dir;
+  auto synth = RunK3({"synth", "--preset", "tiny", "-o", dir / "m", "--quiet", "--set",
+                      "full_attn_layers=4,6", "--set", "num_experts_per_token=2"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  auto inspect = RunK3({"inspect", "-m", dir / "m"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, HasSubstr("13 (11 KDA, 2 MLA at one-based 4,6)"));
+  EXPECT_THAT(inspect.out, HasSubstr("top-2"));
+  auto help = RunK3({"synth", "--help"});
+  EXPECT_THAT(help.out, HasSubstr("a list keeps its commas"));
+}
+
 // Real dimensions, few layers and experts, no data: the flags reach Synthesize and the
 // result opens.
 TEST(CliTest, SynthSparseFullPresetThenInspect) {

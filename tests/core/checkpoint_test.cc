@@ -288,6 +288,50 @@ TEST_F(CheckpointTest, IndexThatIsNotJson) {
   EXPECT_THAT(OpenError(), HasSubstr(Path("model.safetensors.index.json")));
 }
 
+// The index is checked as JSON where it is only stepped over, and after its end.
+TEST_F(CheckpointTest, IndexThatIsNotJsonWhereItIsSkipped) {
+  auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
+  ASSERT_TRUE(text.ok());
+  const nlohmann::json index = nlohmann::json::parse(*text);
+  const std::string map = index["weight_map"].dump();
+  for (const std::string& bad :
+       {R"({"metadata":{"total_size":1e999},"weight_map":)" + map + "}",
+        R"({"metadata":{"total_size":"\x"},"weight_map":)" + map + "}",
+        R"({"weight_map":)" + map + "} {}", R"({"weight_map":)" + map + ",}"}) {
+    ASSERT_TRUE(io::WriteFileAtomically(Path("model.safetensors.index.json"), bad).ok());
+    EXPECT_THAT(OpenError(),
+                AllOf(HasSubstr(Path("model.safetensors.index.json")), HasSubstr("not valid JSON")))
+        << bad.substr(0, 60);
+  }
+}
+
+// The index is read whole, so a file far larger than any index is refused before it is read.
+TEST_F(CheckpointTest, IndexTooLargeToBeOne) {
+  std::filesystem::resize_file(Path("model.safetensors.index.json"), (1ull << 30) + 1);
+  EXPECT_THAT(OpenError(), AllOf(HasSubstr(Path("model.safetensors.index.json")),
+                                 HasSubstr("more than any index")));
+}
+
+// nlohmann took a NUL byte for the end of the input: a header padded with NULs rather than
+// spaces opened, and so did an index with anything after a NUL. Both still do.
+TEST_F(CheckpointTest, HeaderAndIndexEndedByANulOpen) {
+  size_t padding = 0;
+  EditHeaderText(kLayer1Shard, [&](std::string& t) {
+    const size_t end = t.find_last_not_of(' ') + 1;
+    padding = t.size() - end;
+    t = t.substr(0, end) + std::string(padding, '\0');
+  });
+  ASSERT_GT(padding, 0u) << "the shard's header needs padding for this test";
+  auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(io::WriteFileAtomically(Path("model.safetensors.index.json"),
+                                      *text + std::string(1, '\0') + "{not json")
+                  .ok());
+  auto ckpt = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->tensors().size(), 916u);
+}
+
 TEST_F(CheckpointTest, IndexPlacingATensorInTheWrongShard) {
   auto text = io::ReadFileToString(Path("model.safetensors.index.json"));
   nlohmann::json index = nlohmann::json::parse(*text);
