@@ -121,7 +121,8 @@ absl::StatusOr<std::string> WriteScratchFile(const std::string& dir) {
   return path;
 }
 
-void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<ReadRate>& rate) {
+void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<ReadRate>& rate,
+                 bool holes = false) {
   if (!rate.ok()) {
     f.Add("disk read", Level::kFail, std::string(rate.status().message()));
     return;
@@ -133,11 +134,13 @@ void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<Read
                                     "page cache, which competes with the expert cache for RAM"));
   const double gbps = rate->bytes_per_second / 1e9;
   const bool small = rate->read_bytes < kReadBytes;
-  f.Add("disk read", gbps < 0.1 ? Level::kWarn : Level::kOk,
+  f.Add("disk read", gbps < 0.1 || holes ? Level::kWarn : Level::kOk,
         absl::StrFormat("%.2f GB/s (%s reads of %s, %d in flight, %.1f s, %s)%s", gbps,
                         rate->direct ? "O_DIRECT" : "buffered", Gb(rate->read_bytes),
                         kReadsInFlight, rate->seconds, rate->path,
                         gbps < 0.1 ? ": slow, every token will wait for its experts"
+                        : holes    ? ": the file is mostly holes (a sparse checkpoint), so this "
+                                     "is the rate of memory, not of a disk"
                         : small    ? ": a file this small may be served by the device's cache"
                                    : ""));
   f.extra()["o_direct"] = rate->direct;
@@ -157,7 +160,7 @@ std::string ScratchDir() {
 void CheckDisk(Findings& f, const Checkpoint* ckpt) {
   if (ckpt != nullptr) {
     const std::string shard = LargestShard(*ckpt);
-    ReportReads(f, ckpt->dir(), MeasureReads(shard));
+    ReportReads(f, ckpt->dir(), MeasureReads(shard), MostlyHoles(shard));
     return;
   }
   const std::string dir = ScratchDir();

@@ -47,6 +47,19 @@ TEST(DoctorTest, ACheckpointThatCannotBeOpenedIsAnEssentialFailure) {
   EXPECT_THAT(r.out, HasSubstr("next: fix the FAIL above"));
 }
 
+// A sparse checkpoint reads at the speed of memory: doctor measures it, and says so.
+TEST(DoctorTest, ASparseCheckpointsRateIsCalledMemoryNotDisk) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "full", "--sparse", "--out", dir.path(), "--quiet", "--set",
+                   "num_hidden_layers=2", "--set", "full_attn_layers=2", "--set", "num_experts=16"})
+                .exit_code,
+            0);
+  auto r = RunK3({"doctor", "--model", dir.path()});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("WARN +disk read .* mostly holes"));
+  EXPECT_THAT(r.out, HasSubstr("not of a disk"));
+}
+
 TEST(InspectTest, ShowsWhatEveryMemoryPresetGivesTheModel) {
   testing::TempDir dir;
   ASSERT_EQ(RunK3({"synth", "--out", dir.path(), "--quiet"}).exit_code, 0);
