@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
+#include "core/model/model.h"
 #include "core/model/sequence_state.h"
 #include "io/fault_injection.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +32,7 @@ struct EngineOptions {
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
   int64_t max_context = 4096;  // sizes the planned sequence state
+  int sequences = 1;           // sequences run at once (a batch): state reserved for each
   int queue_depth = 32;        // reads in flight
   int prefetch_distance = 0;   // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
   // The same for prompt chunks (prefill), which multiply many tokens per expert and so are
@@ -119,6 +121,12 @@ class Engine {
   virtual absl::Status Forward(std::span<const int32_t> ids, SequenceState& state,
                                bool all_positions, std::vector<float>& logits,
                                StepMetrics* metrics = nullptr) = 0;
+
+  // One batched step (continuous batching, pipeline/batch_scheduler.h): every segment's tokens
+  // in one trunk pass and one read of their experts' union; logits of each segment's last
+  // token, [segments.size(), vocab]. Each segment's result equals running it alone.
+  virtual absl::Status Step(std::span<const BatchSegment> segments, std::vector<float>& logits,
+                            StepMetrics* metrics = nullptr) = 0;
 
   virtual std::vector<PrefetchAccuracy> prefetch_accuracy() const = 0;
 };

@@ -225,6 +225,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     }
   }
   f.state_bytes = state;
+  f.state_bytes_per_sequence = state;
   // Activations of one chunk (the widest per-token intermediates, a few of each alive at once),
   // the logits, the embedding rows read on demand, and 8 MiB of I/O bookkeeping and small
   // allocations.
@@ -240,10 +241,29 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
   const uint64_t embedding_row = f.embedding_row_bytes;
+  f.buffer_bytes_per_sequence = per_token + 4ull * c.vocab_size;
   f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size +
                    kEmbeddingRowsPerRead * (io::AlignUp(embedding_row) + io::kDirectAlignment) +
                    (8u << 20);
   return f;
+}
+
+ModelFootprint ModelFootprint::WithSequences(int n) const {
+  ModelFootprint f = *this;
+  const int more = n - sequences;
+  f.sequences = n;
+  f.state_bytes = state_bytes + more * static_cast<int64_t>(state_bytes_per_sequence);
+  f.buffer_bytes = buffer_bytes + more * static_cast<int64_t>(buffer_bytes_per_sequence);
+  return f;
+}
+
+int MaxSequences(const ModelFootprint& f, const MemoryRequest& r, uint64_t available_ram_bytes,
+                 int cap) {
+  int fits = 0;  // the plan grows with n, so the first that fails ends the search
+  for (int n = 1; n <= cap && PlanMemory(f.WithSequences(n), r, available_ram_bytes).ok(); ++n) {
+    fits = n;
+  }
+  return fits;
 }
 
 ReadForecast ForecastReads(const ModelFootprint& f, const MemoryPlan& plan) {
@@ -309,7 +329,10 @@ std::string MemoryPlan::Describe() const {
                       : std::string("(nothing streams)"));
   line("expert cache", Gb(cache_bytes), absl::StrFormat("(%d experts)", cache_slots));
   line("norms and vectors", Gb(vector_bytes), "");
-  line("sequence state", Gb(state_bytes), "");
+  line("sequence state", Gb(state_bytes),
+       sequences > 1 ? absl::StrFormat("(%d sequences of %s)", sequences,
+                                       Gb(state_bytes / static_cast<uint64_t>(sequences)))
+                     : std::string());
   line("buffers", Gb(buffer_bytes), "");
   return s;
 }
@@ -325,6 +348,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
     return absl::InvalidArgumentError("--trunk-gb and --cache-gb go together");
   }
   MemoryPlan plan;
+  plan.sequences = f.sequences;
   plan.vector_bytes = f.vector_bytes;
   plan.state_bytes = f.state_bytes;
   plan.buffer_bytes = f.buffer_bytes;

@@ -60,12 +60,18 @@ struct ModelFootprint {
   uint64_t expert_slot_bytes = 0;  // one expert's cache slot (bytes plus alignment)
   uint64_t all_experts_bytes = 0;  // every routed expert in slots
   int64_t experts_per_token = 0;   // top-k
-  uint64_t state_bytes = 0;        // sequence state at the planned context length
+  uint64_t state_bytes = 0;        // sequence state at the planned context length, all sequences
   uint64_t buffer_bytes = 0;       // activations, logits, embedding rows, I/O bookkeeping
+  // Sequences the state and buffers are planned for (a batch), and what each one adds.
+  int sequences = 1;
+  uint64_t state_bytes_per_sequence = 0;
+  uint64_t buffer_bytes_per_sequence = 0;  // its decode token's activations and its logits
 
   uint64_t all_router_bytes() const;
   uint64_t trunk_bytes() const;  // every layer's matrices but the routers
   uint64_t ring_bytes() const { return ring_slot_bytes * ring_slots; }
+  // The same model planned for `n` sequences at once.
+  ModelFootprint WithSequences(int n) const;
 };
 
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
@@ -74,6 +80,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
 
 struct MemoryPlan {
   std::string source;  // how the budget was chosen, e.g. "--ram-gb 12" or "preset laptop"
+  int sequences = 1;   // the batch whose state is reserved
   uint64_t budget_bytes = 0;
   uint64_t minimum_bytes = 0;     // the smallest budget this model runs in
   uint64_t everything_bytes = 0;  // the budget that holds the whole model
@@ -126,6 +133,12 @@ const std::vector<std::string>& MemoryPresetNames();
 // `available_ram_bytes` is what "auto" scales from (MemAvailable).
 absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& footprint, const MemoryRequest& request,
                                       uint64_t available_ram_bytes);
+
+// The most sequences (up to `cap`) whose state the request's budget holds beside the minimum
+// of everything else: 0 when not even one fits. An explicit --trunk-gb/--cache-gb split adds
+// the state on top of its parts, so it holds `cap`.
+int MaxSequences(const ModelFootprint& footprint, const MemoryRequest& request,
+                 uint64_t available_ram_bytes, int cap);
 
 // MemAvailable from /proc/meminfo (0 when unknown).
 uint64_t AvailableRamBytes();

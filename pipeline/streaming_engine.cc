@@ -83,22 +83,36 @@ class StreamingEngine : public Engine {
 
   absl::Status Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
                        std::vector<float>& logits, StepMetrics* metrics) override {
+    return Measured(ids.size(), metrics,
+                    [&] { return model_->Forward(ids, state, all_positions, logits); });
+  }
+
+  absl::Status Step(std::span<const BatchSegment> segments, std::vector<float>& logits,
+                    StepMetrics* metrics) override {
+    size_t tokens = 0;
+    for (const BatchSegment& s : segments) tokens += s.ids.size();
+    return Measured(tokens, metrics, [&] { return model_->ForwardBatch(segments, logits); });
+  }
+
+  absl::Status Init(const EngineOptions& options);
+
+ private:
+  // Runs `forward` and adds its figures (time, bytes, stalls, disk busy) to `metrics`.
+  template <typename Fn>
+  absl::Status Measured(size_t tokens, StepMetrics* metrics, Fn forward) {
     const auto t0 = Clock::now();
     const double busy0 = disk_.seconds();
-    absl::Status s = model_->Forward(ids, state, all_positions, logits);
+    absl::Status s = forward();
     StepMetrics m;
     provider_->TakeMetrics(m);
     streamer_->TakeMetrics(m);
-    m.tokens = static_cast<int64_t>(ids.size());
+    m.tokens = static_cast<int64_t>(tokens);
     m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     m.disk_busy_seconds = disk_.seconds() - busy0;
     if (metrics != nullptr) metrics->Add(m);
     return s;
   }
 
-  absl::Status Init(const EngineOptions& options);
-
- private:
   absl::Status LoadPinnedTrunk();
   absl::Status OpenReads(const ModelFootprint& footprint);
 
@@ -184,10 +198,23 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
     if (!pack.ok()) return pack.status();
     pack_ = *std::move(pack);
   }
-  const ModelFootprint footprint =
+  const ModelFootprint one =
       MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk,
                        {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
+  if (options.sequences < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  const ModelFootprint footprint = one.WithSequences(options.sequences);
   auto plan = PlanMemory(footprint, options.memory, AvailableRamBytes());
+  if (!plan.ok() && options.sequences > 1) {
+    const int fits = MaxSequences(one, options.memory, AvailableRamBytes(), options.sequences);
+    if (fits >= 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batch ", options.sequences, ": the budget holds at most ", fits,
+                       fits == 1 ? " sequence" : " sequences", " (each needs ",
+                       FormatBytes(static_cast<double>(one.state_bytes_per_sequence)),
+                       " of state at --max-context ", options.max_context, "); use --batch ", fits,
+                       ", a larger budget or a smaller --max-context"));
+    }
+  }
   if (!plan.ok()) return plan.status();
   plan_ = *std::move(plan);
   threads_ = options.threads > 0 ? options.threads : tbb::info::default_concurrency();

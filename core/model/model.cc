@@ -44,6 +44,13 @@ void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, const kernels::Mxfp4Acti
       tbb::simple_partitioner());
 }
 
+// The segment that holds stacked row `t`.
+size_t RowsOf(std::span<const Model::Rows> rows, size_t t) {
+  size_t r = 0;
+  while (t >= rows[r].first + rows[r].count) ++r;
+  return r;
+}
+
 // Every layer already in memory.
 class ResidentLayers : public LayerSource {
  public:
@@ -96,8 +103,8 @@ void Model::AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<
   });
 }
 
-void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, size_t tokens,
-                SequenceState& state, std::span<float> out) const {
+void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
+                std::span<const Rows> rows, size_t tokens, std::span<float> out) const {
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
   std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width), v(tokens * width),
@@ -107,8 +114,11 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, si
   const std::vector<float>* conv[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
   for (int i = 0; i < 3; ++i) {
     MatMul(*qkv[i].first, x, tokens, raw);
-    kernels::ShortConvSilu(raw, tokens, width, *conv[i], kernel, state.conv_history(layer, i),
-                           *qkv[i].second);
+    for (const Rows& r : rows) {  // each sequence's convolution carries its own history
+      const size_t at = r.first * width, n = r.count * width;
+      kernels::ShortConvSilu({raw.data() + at, n}, r.count, width, *conv[i], kernel,
+                             r.state->conv_history(layer, i), {qkv[i].second->data() + at, n});
+    }
   }
   MatMul(w.g, x, tokens, gate);
   MatMul(w.f_a, x, tokens, low);
@@ -123,26 +133,28 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, si
     for (size_t h = 0; h < heads; ++h) beta[t * heads + h] = Sigmoid(beta[t * heads + h]);
     kernels::KdaDecay(Row(z, t, width), w.a_log, w.dt_bias, dim, lower_bound);  // z -> alpha
   });
-  // The recurrence runs token by token; heads are independent.
+  // The recurrence runs token by token on each sequence's state; heads are independent.
   std::vector<float> o(tokens * width);
-  std::span<float> s = state.kda_state(layer);
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  for (size_t t = 0; t < tokens; ++t) {
-    tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
-      const size_t at = t * width + h * dim;
-      std::span<float> oh(o.data() + at, dim);
-      kernels::KdaStep(s.subspan(h * dim * dim, dim * dim), dim, dim, {q.data() + at, dim},
-                       {k.data() + at, dim}, {v.data() + at, dim}, {z.data() + at, dim},
-                       beta[t * heads + h], oh);
-      kernels::RmsNorm(oh, w.o_norm, eps, oh);  // norm, then gate (KDA; MLA only gates)
-      for (size_t i = 0; i < dim; ++i) oh[i] *= Sigmoid(gate[at + i]);
-    });
+  for (const Rows& r : rows) {
+    std::span<float> s = r.state->kda_state(layer);
+    for (size_t t = r.first; t < r.first + r.count; ++t) {
+      tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
+        const size_t at = t * width + h * dim;
+        std::span<float> oh(o.data() + at, dim);
+        kernels::KdaStep(s.subspan(h * dim * dim, dim * dim), dim, dim, {q.data() + at, dim},
+                         {k.data() + at, dim}, {v.data() + at, dim}, {z.data() + at, dim},
+                         beta[t * heads + h], oh);
+        kernels::RmsNorm(oh, w.o_norm, eps, oh);  // norm, then gate (KDA; MLA only gates)
+        for (size_t i = 0; i < dim; ++i) oh[i] *= Sigmoid(gate[at + i]);
+      });
+    }
   }
   MatMul(w.o, o, tokens, out);
 }
 
-void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, size_t tokens,
-                SequenceState& state, std::span<float> out) const {
+void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
+                std::span<const Rows> rows, size_t tokens, std::span<float> out) const {
   const size_t heads = config_.num_attention_heads, nope = config_.qk_nope_head_dim,
                rope = config_.qk_rope_head_dim, vdim = config_.v_head_dim,
                latent = config_.kv_lora_rank, qrank = config_.q_lora_rank;
@@ -152,13 +164,18 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, si
   NormRows(cq, tokens, w.q_a_norm, kMlaLoraEps, cq);
   MatMul(w.q_b, cq, tokens, q);
   MatMul(w.kv_a, x, tokens, kv);
-  // Cache the normalised latent and the shared key part (never rotated: NoPE).
-  std::vector<float>& cache = state.mla_cache(layer);
-  const size_t first = cache.size() / row_width;
+  // Cache the normalised latent and the shared key part (never rotated: NoPE), each token in
+  // its own sequence's cache.
   for (size_t t = 0; t < tokens; ++t) {
     std::span<float> row = Row(kv, t, row_width);
     kernels::RmsNorm(row.first(latent), w.kv_a_norm, kMlaLoraEps, row.first(latent));
-    cache.insert(cache.end(), row.begin(), row.end());
+  }
+  std::vector<size_t> first(rows.size());  // positions in each cache before this step
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<float>& cache = rows[r].state->mla_cache(layer);
+    first[r] = cache.size() / row_width;
+    cache.insert(cache.end(), kv.begin() + rows[r].first * row_width,
+                 kv.begin() + (rows[r].first + rows[r].count) * row_width);
   }
   std::vector<float> gate(tokens * heads * vdim), o(tokens * heads * vdim);
   if (w.g.present()) MatMul(w.g, x, tokens, gate);
@@ -168,7 +185,10 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, si
     if (!kv_b_view.ok()) return;          // the source keeps the error; the layer fails
     const Matrix& kv_b = kv_b_view.get();
     for (size_t t = 0; t < tokens; ++t) {
-      const size_t positions = first + t + 1;  // causal: itself and everything before
+      const size_t r = RowsOf(rows, t);
+      const std::vector<float>& cache = rows[r].state->mla_cache(layer);
+      // Causal: itself and everything before it in its own sequence.
+      const size_t positions = first[r] + (t - rows[r].first) + 1;
       tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
         std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
         // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
@@ -268,8 +288,9 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   return absl::OkStatus();
 }
 
-absl::Status Model::Layer(int64_t l, const LayerWeights& lw, size_t tokens, SequenceState& state,
-                          std::vector<std::vector<float>>& snapshots, std::vector<float>& prefix) {
+absl::Status Model::Layer(int64_t l, const LayerWeights& lw, std::span<const Rows> rows,
+                          size_t tokens, std::vector<std::vector<float>>& snapshots,
+                          std::vector<float>& prefix) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<float> h(prefix.size()), x(prefix.size()), branch(prefix.size());
   if (snapshots.empty()) {
@@ -281,10 +302,13 @@ absl::Status Model::Layer(int64_t l, const LayerWeights& lw, size_t tokens, Sequ
   const bool fresh_block = config_.is_block_boundary(l);
   if (fresh_block) snapshots.push_back(prefix);
   NormRows(h, tokens, lw.input_norm, eps, x);
-  if (config_.attention_kind(l) == AttentionKind::kKda) {
-    Kda(l, lw.kda, x, tokens, state, branch);
+  const bool kda = config_.attention_kind(l) == AttentionKind::kKda;
+  // The projections run on every row at once (one read of the weights); the recurrence and the
+  // attention on each sequence's own state.
+  if (kda) {
+    Kda(l, lw.kda, x, rows, tokens, branch);
   } else {
-    Mla(l, lw.mla, x, tokens, state, branch);
+    Mla(l, lw.mla, x, rows, tokens, branch);
   }
   if (fresh_block) {
     prefix = branch;
@@ -305,15 +329,38 @@ absl::Status Model::Layer(int64_t l, const LayerWeights& lw, size_t tokens, Sequ
 
 absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
                             std::vector<float>& logits, const LayerObserver& observer) {
-  const size_t tokens = ids.size();
-  if (tokens == 0) return absl::InvalidArgumentError("no tokens to run");
-  for (size_t i = 0; i < tokens; ++i) {
-    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
-                                                     " is outside the vocabulary (0..",
-                                                     config_.vocab_size - 1, ")"));
+  const BatchSegment one{ids, &state};
+  return Run({&one, 1}, all_positions, logits, observer);
+}
+
+absl::Status Model::ForwardBatch(std::span<const BatchSegment> segments,
+                                 std::vector<float>& logits) {
+  return Run(segments, false, logits, {});
+}
+
+absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positions,
+                        std::vector<float>& logits, const LayerObserver& observer) {
+  if (segments.empty()) return absl::InvalidArgumentError("no sequences to run");
+  std::vector<Rows> rows;
+  std::vector<int32_t> ids;  // every segment's tokens, stacked
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const BatchSegment& seg = segments[s];
+    if (seg.ids.empty()) return absl::InvalidArgumentError("no tokens to run");
+    for (size_t i = 0; i < seg.ids.size(); ++i) {
+      if (seg.ids[i] < 0 || seg.ids[i] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", seg.ids[i], " at position ", i, segments.size() > 1 ? " of sequence " : "",
+            segments.size() > 1 ? absl::StrCat(s) : "", " is outside the vocabulary (0..",
+            config_.vocab_size - 1, ")"));
+      }
     }
+    for (const Rows& r : rows) {
+      if (r.state == seg.state) return absl::InvalidArgumentError("two segments share a state");
+    }
+    rows.push_back({ids.size(), seg.ids.size(), seg.state});
+    ids.insert(ids.end(), seg.ids.begin(), seg.ids.end());
   }
+  const size_t tokens = ids.size();
   const size_t d = config_.hidden_size;
   // The residual stream per token: the running prefix P and the block snapshots B.
   std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d);
@@ -322,7 +369,7 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     auto lw = layers_->AcquireLayer(l);
     if (!lw.ok()) return lw.status();
-    absl::Status s = Layer(l, **lw, tokens, state, snapshots, prefix);
+    absl::Status s = Layer(l, **lw, rows, tokens, snapshots, prefix);
     layers_->ReleaseLayer(l);
     if (s.ok()) s = layers_->TakeError();
     if (!s.ok()) return s;
@@ -335,12 +382,17 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
   if (all_positions) {
     logits.resize(tokens * vocab);
     MatMul(trunk_.lm_head, x, tokens, logits);
-  } else {
-    logits.resize(vocab);
-    MatMul(trunk_.lm_head, Row(std::span<const float>(x), tokens - 1, d), 1, logits);
+  } else {  // the last row of each segment, in one pass over lm_head
+    std::vector<float> last(rows.size() * d);
+    for (size_t s = 0; s < rows.size(); ++s) {
+      const auto row = Row(std::span<const float>(x), rows[s].first + rows[s].count - 1, d);
+      std::copy(row.begin(), row.end(), last.begin() + s * d);
+    }
+    logits.resize(rows.size() * vocab);
+    MatMul(trunk_.lm_head, last, rows.size(), logits);
   }
   if (absl::Status s = layers_->TakeError(); !s.ok()) return s;
-  state.AppendTokens(ids);
+  for (const Rows& r : rows) r.state->AppendTokens({ids.data() + r.first, r.count});
   return absl::OkStatus();
 }
 

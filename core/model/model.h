@@ -40,6 +40,14 @@ class LayerSource {
 // The embedding rows of `ids` from a resident embedding matrix.
 void EmbedResident(const Matrix& embed, std::span<const int32_t> ids, std::span<float> out);
 
+// One sequence's share of a batched step: its next tokens (a prompt chunk, or the one token
+// to decode) and its state. The rows of every segment go through each trunk product and each
+// expert together; attention runs per segment on its own state.
+struct BatchSegment {
+  std::span<const int32_t> ids;
+  SequenceState* state = nullptr;
+};
+
 class Model {
  public:
   // Every layer resident in `trunk`.
@@ -56,21 +64,36 @@ class Model {
   absl::Status Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
                        std::vector<float>& logits, const LayerObserver& observer = {});
 
+  // Runs every segment one step: one trunk pass and one read of the union of their experts.
+  // Writes the logits of each segment's last token ([segments.size(), vocab], in order). Each
+  // segment's logits and state are bit-identical to running it alone (a row's arithmetic does
+  // not depend on the rows beside it). Two segments may not share a state.
+  absl::Status ForwardBatch(std::span<const BatchSegment> segments, std::vector<float>& logits);
+
   const ModelConfig& config() const { return config_; }
 
+  // A segment's rows in the stacked activations.
+  struct Rows {
+    size_t first = 0, count = 0;
+    SequenceState* state = nullptr;
+  };
+
  private:
+  absl::Status Run(std::span<const BatchSegment> segments, bool all_positions,
+                   std::vector<float>& logits, const LayerObserver& observer);
   void AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<const float> prefix,
                size_t tokens, std::span<const float> fold, std::span<float> out) const;
-  void Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, size_t tokens,
-           SequenceState& state, std::span<float> out) const;
-  void Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, size_t tokens,
-           SequenceState& state, std::span<float> out) const;
+  void Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, std::span<const Rows> rows,
+           size_t tokens, std::span<float> out) const;
+  void Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, std::span<const Rows> rows,
+           size_t tokens, std::span<float> out) const;
   void SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
                std::span<const float> x, size_t tokens, std::span<float> out) const;
   absl::Status Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
                    std::span<float> out) const;
-  absl::Status Layer(int64_t layer, const LayerWeights& lw, size_t tokens, SequenceState& state,
-                     std::vector<std::vector<float>>& snapshots, std::vector<float>& prefix);
+  absl::Status Layer(int64_t layer, const LayerWeights& lw, std::span<const Rows> rows,
+                     size_t tokens, std::vector<std::vector<float>>& snapshots,
+                     std::vector<float>& prefix);
   void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
                 std::span<float> out) const;
 

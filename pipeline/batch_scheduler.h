@@ -1,0 +1,97 @@
+// Continuous batching over Engine::Step: up to `batch` sequences decode together, so a step
+// reads the trunk once and the union of their experts once for all of them. A sequence that
+// ends (a stop id, its own token limit, the context) leaves at once and the next waiting
+// prompt takes its place; that prompt is prefilled in chunks that ride along with the others'
+// decode tokens, at most `prefill_tokens_per_step` prompt tokens a step, so a long prompt
+// delays the others' next token by a bounded share of one step instead of a whole prefill.
+//
+// Every sequence's tokens and logits are bit-identical to running it alone (Engine::Prefill,
+// then Decode): it has its own state and sampler, and a row's arithmetic does not depend on
+// the rows beside it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/sampler.h"
+#include "pipeline/engine.h"
+
+namespace k3 {
+
+struct BatchRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  int32_t max_tokens = 32;      // tokens to sample (0: prefill only)
+  SamplerOptions sampler;
+  std::vector<int32_t> stop_ids;  // a sampled stop id ends the sequence (and is its last id)
+};
+
+// How a sequence ended.
+enum class FinishReason { kStop, kLength, kContext, kInterrupted };
+std::string_view FinishReasonName(FinishReason reason);  // "stop", "length", ...
+
+struct BatchResult {
+  size_t index = 0;          // the request's place in the order they were added
+  std::vector<int32_t> ids;  // sampled tokens, the stop id included (as `k3 generate` reports)
+  FinishReason finish = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  // Seconds since Run started: admitted into the batch, first token sampled, finished.
+  double admitted_at = 0, first_token_at = 0, finished_at = 0;
+  double seconds_per_token() const;  // between first and last token (0 with fewer than two)
+};
+
+struct BatchOptions {
+  int batch = 1;                     // sequences live at once
+  int prefill_tokens_per_step = 64;  // prompt tokens in one step, over all joining prompts
+  int64_t max_context = 4096;        // a sequence ends ("context") before it would outgrow it
+};
+
+// Figures of a whole run: every step's metrics summed, and how the steps were made up.
+struct BatchTotals {
+  StepMetrics steps;
+  int64_t step_count = 0;
+  int64_t decode_tokens = 0;   // decode rows over all steps
+  int64_t prefill_tokens = 0;  // prompt rows over all steps
+  int64_t sampled_tokens = 0;
+  double seconds = 0;
+  int max_live = 0;  // the most sequences live in one step
+};
+
+class BatchScheduler {
+ public:
+  // Called for every sampled token with the logits it was sampled from.
+  using TokenFn = std::function<void(size_t index, int32_t id, std::span<const float> logits)>;
+  using DoneFn = std::function<void(const BatchResult& result)>;
+  using StopFn = std::function<bool()>;  // polled before each step (Ctrl-C)
+
+  BatchScheduler(Engine& engine, const BatchOptions& options);
+
+  // Queues a request; returns its index. InvalidArgument for an empty prompt or one that
+  // leaves no room in the context.
+  absl::StatusOr<size_t> Add(BatchRequest request);
+
+  // Runs steps until every request has finished, `stop` says so (the live sequences then end
+  // as interrupted, the waiting ones are not reported) or a step fails (its error; the
+  // sequences live in it are lost, those already reported are not).
+  absl::Status Run(const TokenFn& on_token, const DoneFn& on_done, const StopFn& stop = {});
+
+  const BatchTotals& totals() const { return totals_; }
+
+ private:
+  struct Live;
+  absl::Status Step(std::vector<Live>& live, const TokenFn& on_token, const DoneFn& on_done);
+  void Admit(std::vector<Live>& live);
+
+  Engine& engine_;
+  BatchOptions options_;
+  std::deque<std::pair<size_t, BatchRequest>> waiting_;
+  size_t added_ = 0;
+  BatchTotals totals_;
+  double started_ = 0;  // steady clock seconds when Run began
+};
+
+}  // namespace k3

@@ -1,0 +1,317 @@
+// Continuous batching (pipeline/batch_scheduler.h): every sequence's tokens and logits are
+// bit-identical to running it alone, for any batch size, order of arrival, prefill share,
+// memory budget and engine setting, with sequences joining and leaving mid-run; a step reads
+// the trunk once for all of them; the plan refuses a batch it cannot hold, naming the maximum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "core/synth.h"
+#include "pipeline/batch_scheduler.h"
+#include "tests/util/temp_dir.h"
+#include "tests/util/tiny_model.h"
+
+namespace k3 {
+namespace {
+
+using ::k3::testing::TempDir;
+
+struct Output {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // the logits each token was sampled from
+  FinishReason finish = FinishReason::kLength;
+};
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class BatchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    SynthOptions opt = ::k3::testing::TinyModel(dir_->path() + "/tiny");
+    opt.router_skew = 1.0;
+    ASSERT_TRUE(Synthesize(opt).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static EngineOptions Options() {
+    EngineOptions o;
+    o.model_dir = dir_->path() + "/tiny";
+    o.prefill_chunk = 4;
+    o.max_context = 48;
+    return o;
+  }
+
+  // Requests of different lengths, limits and samplers; one stops at a stop id (chosen from
+  // its own run alone), one at the context, one samples nothing.
+  static std::vector<BatchRequest> Requests() {
+    std::vector<BatchRequest> r(7);
+    const std::vector<std::vector<int32_t>> prompts = {{3, 7, 11, 5, 9, 2, 30, 41, 17},
+                                                       {1},
+                                                       {8, 8, 8},
+                                                       {12, 40, 2, 6, 6, 1, 9, 33, 21, 4, 5},
+                                                       {60, 2},
+                                                       {5, 4, 3, 2, 1, 0, 7},
+                                                       {9, 9}};
+    const int max_tokens[] = {6, 9, 4, 3, 12, 0, 60};
+    for (size_t i = 0; i < r.size(); ++i) {
+      r[i].prompt = prompts[i];
+      r[i].max_tokens = max_tokens[i];
+      r[i].sampler.greedy = i % 2 == 0;
+      r[i].sampler.temperature = 0.9;
+      r[i].sampler.seed = 100 + i;
+    }
+    return r;
+  }
+
+  // The reference: one sequence alone, Prefill then Decode, as `k3 generate` runs it.
+  static Output Alone(Engine& engine, const BatchRequest& r, int64_t max_context) {
+    Output out;
+    SequenceState state = engine.NewState();
+    Sampler sampler(r.sampler);
+    std::vector<float> logits;
+    EXPECT_TRUE(engine.Prefill(r.prompt, state, logits).ok());
+    const int64_t room = max_context - static_cast<int64_t>(r.prompt.size());
+    const int64_t limit = std::min<int64_t>(r.max_tokens, room);
+    for (int64_t i = 0; i < limit; ++i) {
+      const int32_t id = sampler.Sample(logits);
+      out.ids.push_back(id);
+      out.logits.push_back(logits);
+      if (std::find(r.stop_ids.begin(), r.stop_ids.end(), id) != r.stop_ids.end()) {
+        out.finish = FinishReason::kStop;
+        return out;
+      }
+      if (i + 1 == limit) break;
+      EXPECT_TRUE(engine.Decode(id, state, logits).ok());
+    }
+    if (r.max_tokens > room) out.finish = FinishReason::kContext;
+    return out;
+  }
+
+  // The requests with a stop id from request 0's own run (its third token), and their runs
+  // alone on `engine`.
+  static std::vector<BatchRequest> RequestsWithStop(Engine& engine, std::vector<Output>& alone) {
+    std::vector<BatchRequest> requests = Requests();
+    requests[0].stop_ids = {Alone(engine, requests[0], Options().max_context).ids[2]};
+    alone.clear();
+    for (const BatchRequest& r : requests) alone.push_back(Alone(engine, r, Options().max_context));
+    return requests;
+  }
+
+  // Runs `requests` (added in `order`) through a scheduler; outputs by request.
+  static std::map<size_t, Output> Batched(Engine& engine, const std::vector<BatchRequest>& requests,
+                                          const std::vector<size_t>& order,
+                                          const BatchOptions& options,
+                                          BatchTotals* totals = nullptr) {
+    BatchScheduler scheduler(engine, options);
+    std::map<size_t, size_t> request_of;  // scheduler index -> request
+    for (size_t i : order) {
+      auto index = scheduler.Add(requests[i]);
+      EXPECT_TRUE(index.ok()) << index.status();
+      request_of[*index] = i;
+    }
+    std::map<size_t, Output> out;
+    auto status = scheduler.Run(
+        [&](size_t index, int32_t, std::span<const float> logits) {
+          out[request_of[index]].logits.emplace_back(logits.begin(), logits.end());
+        },
+        [&](const BatchResult& r) {
+          out[request_of[r.index]].ids = r.ids;
+          out[request_of[r.index]].finish = r.finish;
+        });
+    EXPECT_TRUE(status.ok()) << status;
+    if (totals != nullptr) *totals = scheduler.totals();
+    return out;
+  }
+
+  static void ExpectSame(const std::vector<Output>& alone, std::map<size_t, Output>& batched,
+                         const std::string& where) {
+    ASSERT_EQ(batched.size(), alone.size()) << where;
+    for (size_t i = 0; i < alone.size(); ++i) {
+      EXPECT_EQ(batched[i].ids, alone[i].ids) << where << " request " << i;
+      EXPECT_EQ(batched[i].finish, alone[i].finish) << where << " request " << i;
+      ASSERT_EQ(batched[i].logits.size(), alone[i].logits.size()) << where << " request " << i;
+      for (size_t t = 0; t < alone[i].logits.size(); ++t) {
+        ASSERT_TRUE(SameBits(batched[i].logits[t], alone[i].logits[t]))
+            << where << " request " << i << " token " << t;
+      }
+    }
+  }
+
+  static TempDir* dir_;
+};
+TempDir* BatchTest::dir_ = nullptr;
+
+TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBatchSizeAndOrder) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Output> alone;
+  const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
+  ASSERT_EQ(alone[0].finish, FinishReason::kStop);
+  ASSERT_EQ(alone[6].finish, FinishReason::kContext);
+  ASSERT_TRUE(alone[5].ids.empty());
+  const std::vector<size_t> forward = {0, 1, 2, 3, 4, 5, 6}, shuffled = {3, 0, 6, 2, 5, 1, 4};
+  const std::vector<size_t> backward(forward.rbegin(), forward.rend());
+  for (int batch : {1, 2, 3, 8}) {
+    for (int share : {1, 5, 64}) {
+      for (const std::vector<size_t>* order : {&forward, &backward, &shuffled}) {
+        const std::string where = absl::StrCat("batch ", batch, " share ", share, " order ",
+                                               order == &forward ? "forward" : "other");
+        auto batched = Batched(**engine, requests, *order,
+                               {.batch = batch,
+                                .prefill_tokens_per_step = share,
+                                .max_context = Options().max_context});
+        ExpectSame(alone, batched, where);
+      }
+    }
+  }
+}
+
+// The determinism grid's memory settings and engine settings, with a batch of three.
+TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBudgetAndSetting) {
+  std::vector<Output> alone;
+  std::vector<BatchRequest> requests;
+  {
+    EngineOptions o = Options();
+    o.memory.preset = "max";
+    auto engine = Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    requests = RequestsWithStop(**engine, alone);
+  }
+  struct Memory {
+    MemoryRequest request;
+    uint64_t piece_bytes = 0;
+    int slots = 0;
+  };
+  const Memory memories[] = {{{.preset = "ultra"}},
+                             {{.preset = "ultra"}, 4096, 2},
+                             {{.preset = "laptop"}},
+                             {{.preset = "max"}}};
+  const std::vector<size_t> order = {2, 0, 1, 6, 4, 3, 5};
+  for (const Memory& m : memories) {
+    for (int threads : {1, 2}) {
+      // Overlap with lookahead, and the serial baseline.
+      for (auto [overlap, distance] : {std::pair{true, 2}, std::pair{false, 0}}) {
+        {
+          EngineOptions o = Options();
+          o.memory = m.request;
+          o.ring_piece_bytes = m.piece_bytes;
+          o.ring_slots = m.slots;
+          o.threads = threads;
+          o.overlap = overlap;
+          o.prefetch_distance = distance;
+          o.sequences = 3;
+          const std::string where =
+              absl::StrCat(m.request.preset, " pieces ", m.piece_bytes, " threads ", threads,
+                           " overlap ", overlap, " distance ", distance);
+          auto engine = Engine::Open(o);
+          ASSERT_TRUE(engine.ok()) << where << ": " << engine.status();
+          BatchTotals totals;
+          auto batched = Batched(
+              **engine, requests, order,
+              {.batch = 3, .prefill_tokens_per_step = 6, .max_context = o.max_context}, &totals);
+          ExpectSame(alone, batched, where);
+          EXPECT_EQ(totals.max_live, 3) << where;
+          EXPECT_EQ(totals.steps.trunk_pieces_out_of_order, 0u) << where;
+        }
+      }
+    }
+  }
+}
+
+// Where the trunk streams, four sequences decoding together read it once a step, not four times.
+TEST_F(BatchTest, AStepReadsTheTrunkOnceForEverySequence) {
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.sequences = 4;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<BatchRequest> requests(4);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].prompt = {static_cast<int32_t>(i + 1)};
+    requests[i].max_tokens = 8;
+  }
+  BatchTotals together, alone;
+  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 4, .max_context = o.max_context}, &together);
+  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 1, .max_context = o.max_context}, &alone);
+  EXPECT_EQ(together.step_count, 8);  // a prompt step, then 7 decode steps, all four in each
+  EXPECT_EQ(alone.step_count, 32);
+  EXPECT_EQ(together.sampled_tokens, alone.sampled_tokens);
+  // The embedding rows differ (one per token either way); the matrices are read per step.
+  EXPECT_LT(together.steps.trunk_bytes, alone.steps.trunk_bytes * 3 / 10);
+  EXPECT_GT(together.steps.trunk_bytes, alone.steps.trunk_bytes / 5);
+}
+
+TEST_F(BatchTest, ABatchBeyondTheBudgetIsRefusedNamingTheMaximum) {
+  auto ckpt = Checkpoint::Open(Options().model_dir);
+  ASSERT_TRUE(ckpt.ok());
+  const ModelFootprint one = MeasureFootprint(**ckpt, Options().max_context, 4);
+  auto minimum = PlanMemory(one, {.preset = "ultra"}, 0);
+  ASSERT_TRUE(minimum.ok());
+  // Room for two sequences' state and buffers beside the minimum, not three.
+  const uint64_t per = one.state_bytes_per_sequence + one.buffer_bytes_per_sequence;
+  EngineOptions o = Options();
+  o.memory.ram_gb = (minimum->minimum_bytes + per * 3 / 2) / 1e9;
+  EXPECT_EQ(MaxSequences(one, o.memory, 0, 64), 2);
+  o.sequences = 2;
+  auto fits = Engine::Open(o);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ((*fits)->plan().sequences, 2);
+  EXPECT_NE((*fits)->plan().Describe().find("(2 sequences of"), std::string::npos);
+  o.sequences = 5;
+  auto refused = Engine::Open(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--batch 5: the budget holds at most 2 sequences"),
+            std::string::npos)
+      << refused.status();
+}
+
+// Interrupted between steps: the live sequences end as interrupted with what they had (a
+// prefix of their run alone); the waiting ones are not reported.
+TEST_F(BatchTest, AStopBetweenStepsReportsTheLiveSequencesWithWhatTheyHave) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Output> alone;
+  const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
+  BatchScheduler scheduler(**engine, {.batch = 2, .max_context = Options().max_context});
+  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
+  int polls = 0;
+  std::vector<BatchResult> done;
+  ASSERT_TRUE(
+      scheduler
+          .Run(
+              {}, [&](const BatchResult& r) { done.push_back(r); }, [&] { return ++polls > 4; })
+          .ok());
+  ASSERT_FALSE(done.empty());
+  EXPECT_LT(done.size(), requests.size());
+  EXPECT_EQ(done.back().finish, FinishReason::kInterrupted);
+  for (const BatchResult& r : done) {
+    const auto& full = alone[r.index].ids;
+    ASSERT_LE(r.ids.size(), full.size());
+    EXPECT_TRUE(std::equal(r.ids.begin(), r.ids.end(), full.begin())) << "request " << r.index;
+  }
+}
+
+TEST_F(BatchTest, RequestsThatCannotRunAreRefusedWhenAdded) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok());
+  BatchScheduler scheduler(**engine, {.batch = 2, .max_context = 8});
+  EXPECT_FALSE(scheduler.Add({}).ok());
+  BatchRequest too_long;
+  too_long.prompt.assign(8, 1);
+  EXPECT_FALSE(scheduler.Add(too_long).ok());
+  BatchRequest bad_sampler;
+  bad_sampler.prompt = {1};
+  bad_sampler.sampler.greedy = false;
+  bad_sampler.sampler.top_p = 2;
+  EXPECT_FALSE(scheduler.Add(bad_sampler).ok());
+}
+
+}  // namespace
+}  // namespace k3
