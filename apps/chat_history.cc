@@ -70,7 +70,8 @@ std::string SerializeChatHistory(const ChatHistory& history, const std::string& 
                      {"model_fingerprint", fingerprint},
                      {"messages", history.messages},
                      {"tokens", history.tokens}};
-  return root.dump(1) + "\n";
+  // A reply may end inside a UTF-8 character: saved as U+FFFD, not a crash (the tokens are exact).
+  return root.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace k3::cli

@@ -13,6 +13,8 @@
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
+#include "apps/generate_batch.h"
+#include "apps/generate_options.h"
 #include "apps/run_report.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
@@ -23,20 +25,11 @@
 ABSL_FLAG(std::string, prompt, "", "Prompt text (encoded with the model's tokenizer).");
 ABSL_FLAG(std::string, prompt_file, "", "Read the prompt text from this file.");
 ABSL_FLAG(std::string, ids, "", "Prompt as raw token ids, e.g. 3,7,11 (no tokenizer needed).");
-ABSL_FLAG(int32_t, n_predict, 32, "Tokens to generate (stops earlier at a stop id).");
-ABSL_FLAG(bool, greedy, false, "Always take the most likely token (the default without --temp).");
-ABSL_FLAG(double, temp, 0.0, "Sampling temperature; 0 means greedy.");
-ABSL_FLAG(int32_t, top_k, 40, "Sample among the k most likely tokens (0 = all).");
-ABSL_FLAG(double, top_p, 0.95, "Nucleus sampling: the smallest set with this much probability.");
-ABSL_FLAG(std::vector<std::string>, stop_id, {},
-          "Token id that ends generation (repeatable; default: [EOS] and <|end_of_msg|>).");
-ABSL_FLAG(bool, ignore_eos, false, "Generate all --n-predict tokens: no stop ids at all.");
-ABSL_FLAG(std::string, tokenizer, "",
-          "Directory with tiktoken.model and tokenizer_config.json (default: the model's).");
 ABSL_FLAG(std::string, dump_logits, "",
           "Write the logits at the last prompt position (raw little-endian float32, vocab_size "
           "values).");
 ABSL_FLAG(std::string, report_json, "", "Write the run report (ids, timings, memory) as JSON.");
+ABSL_DECLARE_FLAG(std::string, prompts);
 
 namespace k3::cli {
 namespace {
@@ -79,17 +72,9 @@ absl::StatusOr<Prompt> ReadPrompt(const std::string& model_dir) {
     text = *std::move(contents);
   }
   Prompt p;
-  std::string tok_dir = absl::GetFlag(FLAGS_tokenizer);
-  if (tok_dir.empty()) tok_dir = model_dir;
-  if (io::FileExists(tok_dir + "/tiktoken.model")) {
-    auto tok = Tokenizer::Load(tok_dir);
-    if (!tok.ok()) return tok.status();
-    p.tokenizer = *std::move(tok);
-  } else if (!absl::GetFlag(FLAGS_tokenizer).empty() || ids_flag.empty()) {
-    return absl::NotFoundError(absl::StrCat("no tokenizer: ", tok_dir,
-                                            "/tiktoken.model does not exist (use --ids, or "
-                                            "--tokenizer DIR)"));
-  }
+  auto tokenizer = FindTokenizer(model_dir, /*required=*/ids_flag.empty());
+  if (!tokenizer.ok()) return tokenizer.status();
+  p.tokenizer = *std::move(tokenizer);
   if (!ids_flag.empty()) {
     auto ids = ParseIds(ids_flag);
     if (!ids.ok()) return ids.status();
@@ -99,52 +84,6 @@ absl::StatusOr<Prompt> ReadPrompt(const std::string& model_dir) {
   p.ids = p.tokenizer->Encode(text, /*allow_special=*/true);  // as the official encode does
   if (p.ids.empty()) return absl::InvalidArgumentError("the prompt encodes to no tokens");
   return p;
-}
-
-absl::StatusOr<std::vector<int32_t>> StopIds(const ModelConfig& c, const Prompt& p) {
-  std::vector<int32_t> stops;
-  if (absl::GetFlag(FLAGS_ignore_eos)) {
-    if (!absl::GetFlag(FLAGS_stop_id).empty()) {
-      return absl::InvalidArgumentError("--ignore-eos and --stop-id exclude each other");
-    }
-    return stops;
-  }
-  for (const std::string& s : absl::GetFlag(FLAGS_stop_id)) {
-    int32_t id = 0;
-    if (!absl::SimpleAtoi(s, &id) || id < 0 || id >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--stop-id ", s, ": not a token id below ", c.vocab_size));
-    }
-    stops.push_back(id);
-  }
-  if (!absl::GetFlag(FLAGS_stop_id).empty()) return stops;
-  // Default (MODEL.md 0 Q12): [EOS] and <|end_of_msg|>, by name when the tokenizer has them.
-  for (const char* name : {"[EOS]", "<|end_of_msg|>"}) {
-    if (p.tokenizer.has_value()) {
-      if (auto id = p.tokenizer->SpecialTokenId(name); id && *id < c.vocab_size)
-        stops.push_back(*id);
-    }
-  }
-  if (stops.empty()) {
-    for (int32_t id : {163585, 163586}) {
-      if (id < c.vocab_size) stops.push_back(id);
-    }
-  }
-  return stops;
-}
-
-absl::StatusOr<SamplerOptions> ReadSampler() {
-  SamplerOptions s;
-  s.temperature = absl::GetFlag(FLAGS_temp);
-  s.greedy = absl::GetFlag(FLAGS_greedy) || s.temperature == 0;
-  s.top_k = absl::GetFlag(FLAGS_top_k);
-  s.top_p = absl::GetFlag(FLAGS_top_p);
-  s.seed = absl::GetFlag(FLAGS_seed);
-  if (absl::GetFlag(FLAGS_greedy) && s.temperature != 0) {
-    return absl::InvalidArgumentError("--greedy and --temp exclude each other");
-  }
-  if (absl::Status st = ValidateSamplerOptions(s); !st.ok()) return st;
-  return s;
 }
 
 // Prints a token as it is produced: its text (special tokens by name) when there is a
@@ -190,6 +129,16 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
 
 int RunGenerate(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (const std::string prompts = absl::GetFlag(FLAGS_prompts); !prompts.empty()) {
+    if (!absl::GetFlag(FLAGS_prompt).empty() || !absl::GetFlag(FLAGS_prompt_file).empty() ||
+        !absl::GetFlag(FLAGS_ids).empty() || !absl::GetFlag(FLAGS_dump_logits).empty()) {
+      return UsageError(kName,
+                        "--prompts excludes --prompt, --prompt-file, --ids and --dump-logits");
+    }
+    auto options = EngineOptionsFromFlags();
+    if (!options.ok()) return ReportError(kName, options.status());
+    return RunGenerateBatch(*options, prompts);
+  }
   const int32_t n_predict = absl::GetFlag(FLAGS_n_predict);
   if (n_predict < 0) return UsageError(kName, "--n-predict must be >= 0");
   if (auto s = ReadSampler(); !s.ok()) return ReportError(kName, s.status());
@@ -210,7 +159,7 @@ int RunGenerate(const std::vector<std::string>& positional) {
   if (!engine.ok()) return ReportError(kName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
-  auto stops = StopIds((*engine)->config(), *prompt);
+  auto stops = StopIds((*engine)->config(), prompt->tokenizer);
   if (!stops.ok()) return ReportError(kName, stops.status());
 
   InstallInterruptHandler();
@@ -244,6 +193,7 @@ const Subcommand& GenerateCommand() {
                                            "seed",        "stop-id",     "ignore-eos", "tokenizer",
                                            "dump-logits", "report-json", "quiet"};
     for (std::string_view f : EngineFlagNames()) flags.push_back(f);
+    for (std::string_view f : kBatchFlagNames) flags.push_back(f);
     return Subcommand{
         kName,
         "generate text, streaming tokens as they are produced",
@@ -252,7 +202,10 @@ const Subcommand& GenerateCommand() {
         "            [--greedy | --temp X --top-p P --top-k K --seed S] [--stop-id ID ...]\n"
         "            [--ram-gb X | --preset NAME | --trunk-gb X --cache-gb X] [--trunk DIR]\n"
         "            [--queue-depth N] [--prefetch-distance D] [--threads N] [--no-overlap]\n"
-        "            [--cache-policy NAME] [--storage-profile SPEC] [--report-json FILE]",
+        "            [--cache-policy NAME] [--storage-profile SPEC] [--report-json FILE]\n"
+        "       generate --prompts FILE.jsonl [--batch B] [--bad-lines refuse|skip] [--output "
+        "FILE]\n"
+        "            [the sampler and memory flags above]",
         "Runs the model on a prompt and streams the generated text to stdout (token ids when the\n"
         "model has no tokenizer). Without --model it uses the built-in demo model, synthesised on\n"
         "first use into the cache directory ($XDG_CACHE_HOME/k3 or ~/.cache/k3). Greedy unless\n"
@@ -261,7 +214,19 @@ const Subcommand& GenerateCommand() {
         "start shows how the RAM budget is split. On stderr: a row per token (seconds, cache hit\n"
         "rate, GB read, stall) and a summary; --report-json writes every figure. Ctrl-C stops,\n"
         "prints the summary and exits 130. Output is identical at every memory, I/O and thread\n"
-        "setting.",
+        "setting.\n\n"
+        "Many prompts: --prompts FILE takes JSON lines, one object per line with \"prompt\" or\n"
+        "\"ids\" and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\",\n"
+        "\"seed\", \"greedy\", \"stop_ids\" (the flags give the defaults). Up to --batch\n"
+        "sequences run at once (default: what the budget holds, at most 8), sharing every trunk\n"
+        "read and expert read of a step; one that ends makes room for the next prompt, which\n"
+        "is prefilled --prefill-chunk tokens a step alongside the others' decoding. Each\n"
+        "sequence's tokens equal running it alone. The results go to stdout (or --output FILE)\n"
+        "as JSON lines in input order (id, line, text, ids, finish_reason, timings), each as\n"
+        "soon as the ones before it are done; a malformed line is named with its line number\n"
+        "and refuses the run before anything is generated (--bad-lines skip leaves it out).\n"
+        "Ctrl-C writes what has finished (live sequences as \"interrupted\") and exits 130. A\n"
+        "--batch beyond what the budget holds exits 2 naming the maximum.",
         flags,
         RunGenerate};
   }();

@@ -23,28 +23,11 @@ using ::testing::HasSubstr;
 using testing::K3Result;
 using testing::ReadAll;
 using testing::RunK3;
+using testing::RunShell;
 using testing::ShellQuote;
 
 constexpr int kFailure = 1;
 constexpr int kUsage = 2;
-
-std::string K3Bin() {
-  const char* bin = std::getenv("K3_BIN");
-  return bin != nullptr ? bin : "k3";
-}
-
-// Runs `script` with /bin/sh, $K3 set to the binary under test; captures exit code and output.
-K3Result RunShell(const std::string& script) {
-  testing::TempDir io;
-  const std::string cmd = "K3=" + ShellQuote(K3Bin()) + " /bin/sh -c " + ShellQuote(script) + " >" +
-                          ShellQuote(io / "out") + " 2>" + ShellQuote(io / "err") + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  K3Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadAll(io / "out");
-  r.err = ReadAll(io / "err");
-  return r;
-}
 
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> names;

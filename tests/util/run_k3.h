@@ -32,10 +32,14 @@ inline std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+inline std::string K3Bin() {
+  const char* bin = std::getenv("K3_BIN");
+  return bin != nullptr ? bin : "k3";
+}
+
 inline K3Result RunK3(const std::vector<std::string>& args, const std::string& stdin_text = "") {
   TempDir io;
-  const char* bin = std::getenv("K3_BIN");
-  std::string cmd = ShellQuote(bin != nullptr ? bin : "k3");
+  std::string cmd = ShellQuote(K3Bin());
   for (const std::string& a : args) cmd.append(" ").append(ShellQuote(a));
   {
     std::ofstream in(io / "in");
@@ -44,6 +48,19 @@ inline K3Result RunK3(const std::vector<std::string>& args, const std::string& s
   cmd +=
       " <" + ShellQuote(io / "in") + " >" + ShellQuote(io / "out") + " 2>" + ShellQuote(io / "err");
   int status = std::system(cmd.c_str());
+  K3Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadAll(io / "out");
+  r.err = ReadAll(io / "err");
+  return r;
+}
+
+// Runs `script` with /bin/sh, $K3 set to the binary under test; captures exit code and output.
+inline K3Result RunShell(const std::string& script) {
+  TempDir io;
+  const std::string cmd = "K3=" + ShellQuote(K3Bin()) + " /bin/sh -c " + ShellQuote(script) + " >" +
+                          ShellQuote(io / "out") + " 2>" + ShellQuote(io / "err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
   K3Result r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadAll(io / "out");

@@ -1,0 +1,332 @@
+#include "apps/generate_batch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "apps/cli.h"
+#include "apps/flags.h"
+#include "apps/generate_options.h"
+#include "apps/run_report.h"
+#include "core/progress.h"
+#include "io/file.h"
+#include "nlohmann/json.hpp"
+#include "pipeline/batch_scheduler.h"
+
+ABSL_FLAG(std::string, prompts, "",
+          "k3 generate: a JSON-lines file of prompts, one object per line with \"prompt\" (text) "
+          "or \"ids\", and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\", "
+          "\"seed\", \"greedy\", \"stop_ids\"; they run batched, results as JSON lines in input "
+          "order.");
+ABSL_FLAG(int32_t, batch, 0,
+          "k3 generate --prompts: sequences run at once (0 = what the budget holds, at most 8).");
+ABSL_FLAG(std::string, bad_lines, "refuse",
+          "k3 generate --prompts: a malformed line is reported and either refuses the run "
+          "before anything is generated (refuse) or is left out (skip).");
+ABSL_FLAG(std::string, output, "",
+          "k3 generate --prompts: write the results here (JSON lines) instead of stdout.");
+ABSL_DECLARE_FLAG(std::string, report_json);
+
+namespace k3::cli {
+namespace {
+
+constexpr char kName[] = "generate";
+constexpr int kDefaultBatchCap = 8;
+
+using json = nlohmann::json;
+
+struct Item {
+  int64_t line = 0;
+  json id;  // echoed back; the line number when the line has none
+  BatchRequest request;
+};
+
+struct BadLine {
+  int64_t line = 0;
+  std::string message;
+};
+
+// One line's request, on top of the defaults the flags give.
+absl::StatusOr<Item> ParseLine(const std::string& text, int64_t line, const BatchRequest& defaults,
+                               const std::optional<Tokenizer>& tokenizer, int64_t max_context) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  static const char* kKeys[] = {"id",    "prompt", "ids",  "n_predict", "temperature",
+                                "top_k", "top_p",  "seed", "greedy",    "stop_ids"};
+  for (const auto& [key, value] : j.items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+        std::end(kKeys)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown field \"", key, "\""));
+    }
+  }
+  Item item;
+  item.line = line;
+  item.id = j.contains("id") ? j["id"] : json(line);
+  item.request = defaults;
+  BatchRequest& r = item.request;
+  auto ints = [&](const char* key, std::vector<int32_t>& out) -> absl::Status {
+    if (!j[key].is_array())
+      return absl::InvalidArgumentError(absl::StrCat("\"", key, "\": not a list"));
+    out.clear();
+    for (const json& v : j[key]) {
+      if (!v.is_number_integer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", key, "\": ", v.dump(), " is not an integer"));
+      }
+      out.push_back(v.get<int32_t>());
+    }
+    return absl::OkStatus();
+  };
+  if (j.contains("prompt") == j.contains("ids")) {
+    return absl::InvalidArgumentError("give exactly one of \"prompt\" and \"ids\"");
+  }
+  if (j.contains("ids")) {
+    if (absl::Status s = ints("ids", r.prompt); !s.ok()) return s;
+  } else {
+    if (!j["prompt"].is_string()) return absl::InvalidArgumentError("\"prompt\": not a string");
+    if (!tokenizer.has_value()) {
+      return absl::InvalidArgumentError(
+          "\"prompt\" needs a tokenizer (give \"ids\", or --tokenizer)");
+    }
+    r.prompt = tokenizer->Encode(j["prompt"].get<std::string>(), /*allow_special=*/true);
+  }
+  if (r.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (static_cast<int64_t>(r.prompt.size()) >= max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", r.prompt.size(),
+                                                   " tokens, --max-context is ", max_context));
+  }
+  if (j.contains("stop_ids")) {
+    if (absl::Status s = ints("stop_ids", r.stop_ids); !s.ok()) return s;
+  }
+  try {
+    if (j.contains("n_predict")) r.max_tokens = j["n_predict"].get<int32_t>();
+    if (j.contains("temperature")) {
+      r.sampler.temperature = j["temperature"].get<double>();
+      r.sampler.greedy = r.sampler.temperature == 0;
+    }
+    if (j.contains("greedy")) r.sampler.greedy = j["greedy"].get<bool>();
+    if (j.contains("top_k")) r.sampler.top_k = j["top_k"].get<int32_t>();
+    if (j.contains("top_p")) r.sampler.top_p = j["top_p"].get<double>();
+    if (j.contains("seed")) r.sampler.seed = j["seed"].get<uint64_t>();
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("a field has the wrong type (", e.what(), ")"));
+  }
+  if (r.max_tokens < 0) return absl::InvalidArgumentError("\"n_predict\" must be >= 0");
+  if (absl::Status s = ValidateSamplerOptions(r.sampler); !s.ok()) return s;
+  return item;
+}
+
+// Every line of the file: the requests, and the lines that are not one.
+absl::Status ReadLines(const std::string& path, const BatchRequest& defaults,
+                       const std::optional<Tokenizer>& tokenizer, int64_t max_context,
+                       std::vector<Item>& items, std::vector<BadLine>& bad) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::string text;
+  for (int64_t line = 1; std::getline(in, text); ++line) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines
+    auto item = ParseLine(text, line, defaults, tokenizer, max_context);
+    if (item.ok()) {
+      items.push_back(*std::move(item));
+    } else {
+      bad.push_back({line, std::string(item.status().message())});
+    }
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return absl::OkStatus();
+}
+
+// Whether the prompts need a tokenizer (a line with "prompt"), by a quick look at the text.
+bool NeedsTokenizer(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  while (std::getline(in, text)) {
+    const json j = json::parse(text, nullptr, false);
+    if (j.is_object() && j.contains("prompt")) return true;
+  }
+  return false;
+}
+
+json ResultJson(const Item& item, const BatchResult& r, const std::optional<Tokenizer>& tok) {
+  json out = {{"id", item.id},
+              {"line", item.line},
+              {"ids", r.ids},
+              {"finish_reason", std::string(FinishReasonName(r.finish))},
+              {"prompt_tokens", r.prompt_tokens},
+              {"tokens", r.ids.size()},
+              {"timings",
+               {{"admitted_s", r.admitted_at},
+                {"first_token_s", r.first_token_at},
+                {"finished_s", r.finished_at},
+                {"seconds_per_token", r.seconds_per_token()}}}};
+  if (tok.has_value()) {  // the text without the stop id, as k3 generate prints it
+    std::vector<int32_t> ids = r.ids;
+    if (r.finish == FinishReason::kStop && !ids.empty()) ids.pop_back();
+    auto text = tok->Decode(ids);
+    out["text"] = text.ok() ? *text : std::string();
+  }
+  return out;
+}
+
+// The batch the flags ask for, or what the budget holds (at most 8, and no more than prompts).
+absl::StatusOr<int> ChooseBatch(const EngineOptions& options, size_t prompts) {
+  const int asked = absl::GetFlag(FLAGS_batch);
+  if (asked < 0) return absl::InvalidArgumentError("--batch must be >= 0");
+  if (asked > 0) return asked;
+  auto ckpt = Checkpoint::Open(options.model_dir);
+  if (!ckpt.ok()) return ckpt.status();
+  const ModelFootprint one =
+      MeasureFootprint(**ckpt, options.max_context, options.prefill_chunk,
+                       {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
+  const int cap = static_cast<int>(std::min<size_t>(kDefaultBatchCap, prompts));
+  return std::max(1, MaxSequences(one, options.memory, AvailableRamBytes(), cap));
+}
+
+void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, int batch) {
+  const double tokens = static_cast<double>(std::max<int64_t>(1, t.sampled_tokens));
+  const StepMetrics& m = t.steps;
+  std::vector<double> sorted = per_token;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  std::fprintf(stderr,
+               "%lld tokens in %.3f s: %.3f tokens/s over the batch (--batch %d, %lld steps, at "
+               "most %d live); per sequence, median %.3f s/token\n",
+               static_cast<long long>(t.sampled_tokens), t.seconds,
+               t.seconds > 0 ? t.sampled_tokens / t.seconds : 0.0, batch,
+               static_cast<long long>(t.step_count), t.max_live, median);
+  std::fprintf(stderr,
+               "read per emitted token: %s (experts: demand %s, prefetch used %s, wasted %s; "
+               "trunk %s); disk busy %.0f%%, hit rate %.1f%%\n",
+               FormatBytes((m.expert_demand_bytes + m.expert_prefetch_used_bytes +
+                            m.expert_prefetch_wasted_bytes + m.trunk_bytes) /
+                           tokens)
+                   .c_str(),
+               FormatBytes(m.expert_demand_bytes / tokens).c_str(),
+               FormatBytes(m.expert_prefetch_used_bytes / tokens).c_str(),
+               FormatBytes(m.expert_prefetch_wasted_bytes / tokens).c_str(),
+               FormatBytes(m.trunk_bytes / tokens).c_str(),
+               t.seconds > 0 ? 100 * m.disk_busy_seconds / t.seconds : 0.0, 100 * m.hit_rate());
+}
+
+json TotalsJson(const BatchTotals& t, const std::vector<double>& per_token, int batch,
+                const Engine& engine) {
+  return {{"batch", batch},
+          {"steps", t.step_count},
+          {"max_live", t.max_live},
+          {"sampled_tokens", t.sampled_tokens},
+          {"decode_rows", t.decode_tokens},
+          {"prefill_rows", t.prefill_tokens},
+          {"seconds", t.seconds},
+          {"tokens_per_second", t.seconds > 0 ? t.sampled_tokens / t.seconds : 0.0},
+          {"seconds_per_token_per_sequence", per_token},
+          {"metrics", t.steps.ToJson()},
+          {"settings", engine.Settings()}};
+}
+
+}  // namespace
+
+int RunGenerateBatch(EngineOptions options, const std::string& path) {
+  const std::string mode = absl::GetFlag(FLAGS_bad_lines);
+  if (mode != "refuse" && mode != "skip") {
+    return UsageError(kName, "--bad-lines " + mode + ": expected refuse or skip");
+  }
+  auto sampler = ReadSampler();
+  if (!sampler.ok()) return ReportError(kName, sampler.status());
+  auto tokenizer = FindTokenizer(options.model_dir, NeedsTokenizer(path));
+  if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
+  auto config = Checkpoint::Open(options.model_dir);
+  if (!config.ok()) return ReportError(kName, config.status());
+  auto stops = StopIds((*config)->config(), *tokenizer);
+  if (!stops.ok()) return ReportError(kName, stops.status());
+  BatchRequest defaults;
+  defaults.max_tokens = absl::GetFlag(FLAGS_n_predict);
+  if (defaults.max_tokens < 0) return UsageError(kName, "--n-predict must be >= 0");
+  defaults.sampler = *sampler;
+  defaults.stop_ids = *stops;
+  std::vector<Item> items;
+  std::vector<BadLine> bad;
+  if (absl::Status s = ReadLines(path, defaults, *tokenizer, options.max_context, items, bad);
+      !s.ok()) {
+    return ReportError(kName, s);
+  }
+  for (const BadLine& b : bad) {
+    std::fprintf(stderr, "k3 generate: %s:%lld: %s%s\n", path.c_str(),
+                 static_cast<long long>(b.line), b.message.c_str(),
+                 mode == "skip" ? " (skipped)" : "");
+  }
+  if (!bad.empty() && mode == "refuse") {
+    return UsageError(kName,
+                      absl::StrCat(bad.size(), " malformed line(s) in ", path,
+                                   ": nothing generated (--bad-lines skip leaves them out)"));
+  }
+  if (items.empty()) return UsageError(kName, absl::StrCat(path, ": no prompts"));
+  auto batch = ChooseBatch(options, items.size());
+  if (!batch.ok()) return ReportError(kName, batch.status());
+  options.sequences = *batch;
+  config->reset();
+  auto engine = Engine::Open(options);
+  if (!engine.ok()) return ReportError(kName, engine.status());
+  const bool quiet = absl::GetFlag(FLAGS_quiet);
+  if (!quiet) {
+    std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+    std::fprintf(stderr, "batch: %d sequences at once, %zu prompts\n", *batch, items.size());
+  }
+  std::FILE* out = stdout;
+  const std::string out_path = absl::GetFlag(FLAGS_output);
+  if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
+    return ReportError(kName, absl::NotFoundError(out_path + ": cannot be written"));
+  }
+  BatchScheduler scheduler(**engine, {.batch = *batch,
+                                      .prefill_tokens_per_step = options.prefill_chunk,
+                                      .max_context = options.max_context});
+  for (Item& item : items) {
+    if (auto s = scheduler.Add(item.request); !s.ok()) return ReportError(kName, s.status());
+  }
+  // Results leave in input order: each is written once every earlier one is.
+  std::vector<std::optional<BatchResult>> results(items.size());
+  std::vector<double> per_token;
+  size_t written = 0, done = 0;
+  ProgressBar bar("sequences", items.size(), "", !quiet && StderrIsTerminal());
+  auto write = [&](size_t i) {
+    // A token may end inside a UTF-8 character: the text shows U+FFFD there (the ids are exact).
+    const std::string line = ResultJson(items[i], *results[i], *tokenizer)
+                                 .dump(-1, ' ', false, json::error_handler_t::replace) +
+                             "\n";
+    std::fwrite(line.data(), 1, line.size(), out);
+    std::fflush(out);
+  };
+  InstallInterruptHandler();
+  const absl::Status status = scheduler.Run(
+      {},
+      [&](const BatchResult& r) {
+        results[r.index] = r;
+        if (r.ids.size() > 1) per_token.push_back(r.seconds_per_token());
+        bar.Update(++done);
+        for (; written < results.size() && results[written].has_value(); ++written) write(written);
+      },
+      [] { return Interrupted(); });
+  bar.Finish();
+  // After an interrupt or an error: whatever finished behind a gap, still in input order.
+  for (size_t i = written; i < results.size(); ++i) {
+    if (results[i].has_value()) write(i);
+  }
+  if (out != stdout) std::fclose(out);
+  if (!quiet) PrintSummary(scheduler.totals(), per_token, *batch);
+  if (const std::string report = absl::GetFlag(FLAGS_report_json); !report.empty()) {
+    json j = TotalsJson(scheduler.totals(), per_token, *batch, **engine);
+    j["interrupted"] = Interrupted();
+    if (!status.ok()) j["error"] = std::string(status.message());
+    if (absl::Status s = io::WriteFileAtomically(report, j.dump(2) + "\n"); !s.ok()) {
+      return ReportError(kName, s);
+    }
+  }
+  if (!status.ok()) return ReportError(kName, status);
+  return Interrupted() ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace k3::cli
