@@ -173,18 +173,26 @@ json ResultJson(const Item& item, const BatchResult& r, const std::optional<Toke
   return out;
 }
 
+struct BatchChoice {
+  int batch = 1;
+  int holds = 0;  // sequences the budget holds (up to kMaxBatch)
+};
+constexpr int kMaxBatch = 64;
+
 // The batch the flags ask for, or what the budget holds (at most 8, and no more than prompts).
-absl::StatusOr<int> ChooseBatch(const EngineOptions& options, size_t prompts) {
+absl::StatusOr<BatchChoice> ChooseBatch(const Checkpoint& ckpt, const EngineOptions& options,
+                                        size_t prompts) {
   const int asked = absl::GetFlag(FLAGS_batch);
   if (asked < 0) return absl::InvalidArgumentError("--batch must be >= 0");
-  if (asked > 0) return asked;
-  auto ckpt = Checkpoint::Open(options.model_dir);
-  if (!ckpt.ok()) return ckpt.status();
   const ModelFootprint one =
-      MeasureFootprint(**ckpt, options.max_context, options.prefill_chunk,
+      MeasureFootprint(ckpt, options.max_context, options.prefill_chunk,
                        {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
+  BatchChoice c;
+  // "ultra" is the minimum of whatever runs, so it holds any batch: the cap, then.
+  c.holds = MaxSequences(one, options.memory, AvailableRamBytes(), kMaxBatch);
   const int cap = static_cast<int>(std::min<size_t>(kDefaultBatchCap, prompts));
-  return std::max(1, MaxSequences(one, options.memory, AvailableRamBytes(), cap));
+  c.batch = asked > 0 ? asked : std::max(1, std::min(c.holds, cap));
+  return c;
 }
 
 void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, int batch) {
@@ -265,8 +273,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
                                    ": nothing generated (--bad-lines skip leaves them out)"));
   }
   if (items.empty()) return UsageError(kName, absl::StrCat(path, ": no prompts"));
-  auto batch = ChooseBatch(options, items.size());
-  if (!batch.ok()) return ReportError(kName, batch.status());
+  auto choice = ChooseBatch(**config, options, items.size());
+  if (!choice.ok()) return ReportError(kName, choice.status());
+  const int* batch = &choice->batch;
   options.sequences = *batch;
   config->reset();
   auto engine = Engine::Open(options);
@@ -274,7 +283,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) {
     std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
-    std::fprintf(stderr, "batch: %d sequences at once, %zu prompts\n", *batch, items.size());
+    std::fprintf(stderr, "batch: %d sequences at once, %zu prompts (the budget holds %s%d)\n",
+                 *batch, items.size(), choice->holds == kMaxBatch ? "at least " : "",
+                 choice->holds);
   }
   std::FILE* out = stdout;
   const std::string out_path = absl::GetFlag(FLAGS_output);

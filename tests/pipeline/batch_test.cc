@@ -17,31 +17,19 @@
 namespace k3 {
 namespace {
 
-using ::k3::testing::TempDir;
-
 struct Output {
   std::vector<int32_t> ids;
   std::vector<std::vector<float>> logits;  // the logits each token was sampled from
   FinishReason finish = FinishReason::kLength;
 };
 
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
+using ::k3::testing::BitIdentical;
 
-class BatchTest : public ::testing::Test {
+class BatchTest : public ::k3::testing::TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    SynthOptions opt = ::k3::testing::TinyModel(dir_->path() + "/tiny");
-    opt.router_skew = 1.0;
-    ASSERT_TRUE(Synthesize(opt).ok());
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
   static EngineOptions Options() {
     EngineOptions o;
-    o.model_dir = dir_->path() + "/tiny";
+    o.model_dir = ModelDir();
     o.prefill_chunk = 4;
     o.max_context = 48;
     return o;
@@ -137,15 +125,12 @@ class BatchTest : public ::testing::Test {
       EXPECT_EQ(batched[i].finish, alone[i].finish) << where << " request " << i;
       ASSERT_EQ(batched[i].logits.size(), alone[i].logits.size()) << where << " request " << i;
       for (size_t t = 0; t < alone[i].logits.size(); ++t) {
-        ASSERT_TRUE(SameBits(batched[i].logits[t], alone[i].logits[t]))
+        ASSERT_TRUE(BitIdentical(batched[i].logits[t], alone[i].logits[t]))
             << where << " request " << i << " token " << t;
       }
     }
   }
-
-  static TempDir* dir_;
 };
-TempDir* BatchTest::dir_ = nullptr;
 
 TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBatchSizeAndOrder) {
   auto engine = Engine::Open(Options());

@@ -98,21 +98,10 @@ absl::StatusOr<StreamRun> Stream(const EngineOptions& options) {
   return run;
 }
 
-bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
+using ::k3::testing::BitIdentical;
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public ::k3::testing::TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    SynthOptions opt = ::k3::testing::TinyModel(dir_->path() + "/tiny");
-    opt.router_skew = 1.0;
-    ASSERT_TRUE(Synthesize(opt).ok());
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string ModelDir() { return dir_->path() + "/tiny"; }
-
   EngineOptions Options() const {
     EngineOptions o;
     o.model_dir = ModelDir();
@@ -136,9 +125,7 @@ class EngineTest : public ::testing::Test {
     std::vector<float> logits;
     ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, m).ok());
   }
-  static TempDir* dir_;
 };
-TempDir* EngineTest::dir_ = nullptr;
 
 // The memory settings of the grid: the minimum (every matrix streamed through the ring, the
 // embedding read row by row), the minimum again with pieces of a few rows in a ring of two slots
