@@ -195,7 +195,17 @@ absl::StatusOr<BatchChoice> ChooseBatch(const Checkpoint& ckpt, const EngineOpti
   return c;
 }
 
-void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, int batch) {
+// The experts a layer multiplies per step, on average: the union of the live sequences'
+// choices (top-k each), which is what a step reads when the cache misses.
+double ExpertsPerLayerStep(const BatchTotals& t, const ModelConfig& c) {
+  const int64_t moe_layers = c.num_layers - std::min(c.num_layers, c.first_k_dense_replace);
+  return t.step_count > 0 && moe_layers > 0
+             ? static_cast<double>(t.steps.cache_requests) / (t.step_count * moe_layers)
+             : 0;
+}
+
+void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, int batch,
+                  const ModelConfig& config) {
   const double tokens = static_cast<double>(std::max<int64_t>(1, t.sampled_tokens));
   const StepMetrics& m = t.steps;
   std::vector<double> sorted = per_token;
@@ -219,11 +229,15 @@ void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, in
                FormatBytes(m.expert_prefetch_wasted_bytes / tokens).c_str(),
                FormatBytes(m.trunk_bytes / tokens).c_str(),
                t.seconds > 0 ? 100 * m.disk_busy_seconds / t.seconds : 0.0, 100 * m.hit_rate());
+  std::fprintf(
+      stderr, "experts per layer and step: %.1f (the union of the live sequences' top-%lld)\n",
+      ExpertsPerLayerStep(t, config), static_cast<long long>(config.num_experts_per_token));
 }
 
 json TotalsJson(const BatchTotals& t, const std::vector<double>& per_token, int batch,
                 const Engine& engine) {
   return {{"batch", batch},
+          {"experts_per_layer_step", ExpertsPerLayerStep(t, engine.config())},
           {"steps", t.step_count},
           {"max_live", t.max_live},
           {"sampled_tokens", t.sampled_tokens},
@@ -327,7 +341,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
     if (results[i].has_value()) write(i);
   }
   if (out != stdout) std::fclose(out);
-  if (!quiet) PrintSummary(scheduler.totals(), per_token, *batch);
+  if (!quiet) PrintSummary(scheduler.totals(), per_token, *batch, (*engine)->config());
   if (const std::string report = absl::GetFlag(FLAGS_report_json); !report.empty()) {
     json j = TotalsJson(scheduler.totals(), per_token, *batch, **engine);
     j["interrupted"] = Interrupted();

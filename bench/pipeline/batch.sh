@@ -29,8 +29,8 @@ for p in range(prompts):
                       "n_predict": n}))
 PY
 
-printf '%-28s %5s %6s %9s %9s %8s %10s %10s %8s %8s\n' memory batch round "tokens/s" "x B=1" \
-  "s/token" "GB/token" "trunk GB" "experts" "busy"
+printf '%-28s %5s %6s %9s %9s %8s %10s %10s %8s %8s %7s\n' memory batch round "tokens/s" "x B=1" \
+  "s/token" "GB/token" "trunk GB" "experts" "busy" "union"
 for memory in "$@"; do
   for round in $(seq 1 "$REPEAT"); do
     for b in $BATCHES; do
@@ -53,7 +53,8 @@ for b in batches:
     per_seq = statistics.median(r["seconds_per_token_per_sequence"] or [0])
     busy = m["disk_busy_fraction"]
     print(f"{memory:<28} {b:>5} {rnd:>6} {tps:9.3f} {tps / base:9.2f} {per_seq:8.3f} "
-          f"{experts + trunk:10.3f} {trunk:10.3f} {experts:8.3f} {busy:8.2f}")
+          f"{experts + trunk:10.3f} {trunk:10.3f} {experts:8.3f} {busy:8.2f} "
+          f"{r['experts_per_layer_step']:7.1f}")
 PY
   done
 done

@@ -18,10 +18,10 @@ def read_table(path):
             sys.exit(f"{path}: not a table of batch.sh")
         for line in f:
             words = line.split()
-            if len(words) < 10:
+            if len(words) < 11:
                 continue
-            memory = " ".join(words[:-9])
-            gains[memory][int(words[-9])].append(float(words[-6]))
+            memory = " ".join(words[:-10])
+            gains[memory][int(words[-10])].append(float(words[-7]))
     return gains
 
 
