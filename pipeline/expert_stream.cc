@@ -152,6 +152,11 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
   // Outside the lock: the graph may run the multiply at once, on this thread. (The provider
   // outlives this: its destructor waits for pending_ to empty, and a flow graph waits for
   // every handoff's release_wait.)
+  if (handoff.empty()) return;
+  // The graph's end waits for the last release_wait to return inside libtbb, which
+  // ThreadSanitizer does not see; this lock, taken by ForEachExpert after the wait, shows it
+  // that the gateway (on that frame) is no longer touched here.
+  std::lock_guard<std::mutex> handing(handoff_mu_);
   for (const auto& [i, ok] : handoff) {
     if (ok) gateway->try_put(i);
     gateway->release_wait();
@@ -331,6 +336,7 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
   if (alongside) side.try_put(0);
   for (size_t i = first; i < batch_end_; ++i) arrivals.try_put(i);
   g.wait_for_all();
+  { std::lock_guard<std::mutex> handed(handoff_mu_); }  // OnRead's last handoff has returned
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.clear();
   gateway_ = nullptr;

@@ -116,6 +116,7 @@ class StreamingExpertProvider : public ExpertProvider {
   const ExpertStreamOptions options_;
 
   mutable std::mutex mu_;
+  std::mutex handoff_mu_;            // held by OnRead while it hands reads to the flow graph
   std::condition_variable changed_;  // a want finished; the last read landed
   std::vector<Want> wants_;
   size_t batch_end_ = 0;
