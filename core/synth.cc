@@ -20,106 +20,6 @@
 namespace k3 {
 namespace {
 
-// ---- Presets (DESIGN.md section 6) ----
-
-ModelConfig TinyPreset() {  // the shape of ../shared/fixtures/reference-tiny
-  ModelConfig c;
-  c.hidden_size = 128;
-  c.num_layers = 13;
-  c.vocab_size = 256;
-  c.attn_res_block_size = 3;
-  c.kda_num_heads = 4;
-  c.kda_head_dim = 16;
-  c.num_attention_heads = 4;
-  c.q_lora_rank = 64;
-  c.kv_lora_rank = 32;
-  c.qk_nope_head_dim = 24;
-  c.qk_rope_head_dim = 8;
-  c.v_head_dim = 16;
-  c.full_attn_layers = {4, 8, 12, 13};
-  c.intermediate_size = 96;
-  c.num_experts = 8;
-  c.num_experts_per_token = 2;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 64;
-  c.moe_intermediate_size = 64;
-  return c;
-}
-
-ModelConfig DemoPreset() {  // a few hundred MB; experts outgrow small budgets
-  ModelConfig c;
-  c.hidden_size = 256;
-  c.num_layers = 8;
-  c.vocab_size = 4096;
-  c.attn_res_block_size = 3;
-  c.kda_num_heads = 4;
-  c.kda_head_dim = 64;
-  c.num_attention_heads = 4;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 64;
-  c.qk_nope_head_dim = 32;
-  c.qk_rope_head_dim = 16;
-  c.v_head_dim = 32;
-  c.full_attn_layers = {4, 8};
-  c.intermediate_size = 768;
-  c.num_experts = 64;
-  c.num_experts_per_token = 8;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 512;
-  c.moe_intermediate_size = 384;
-  return c;
-}
-
-ModelConfig BenchPreset() {  // real 17,547,264-byte experts, ~16 GB of them
-  ModelConfig c;
-  c.hidden_size = 1024;
-  c.num_layers = 8;
-  c.vocab_size = 32768;
-  c.attn_res_block_size = 4;
-  c.kda_num_heads = 8;
-  c.kda_head_dim = 128;
-  c.num_attention_heads = 8;
-  c.q_lora_rank = 256;
-  c.kv_lora_rank = 128;
-  c.qk_nope_head_dim = 64;
-  c.qk_rope_head_dim = 32;
-  c.v_head_dim = 64;
-  c.full_attn_layers = {4, 8};
-  c.intermediate_size = 2048;
-  c.num_experts = 128;
-  c.num_experts_per_token = 16;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 3584;
-  c.moe_intermediate_size = 3072;
-  return c;
-}
-
-ModelConfig FullPreset() {  // Kimi K3's text config (MODEL.md 1.2): 1.56 TB, use --sparse
-  ModelConfig c;
-  c.hidden_size = 7168;
-  c.num_layers = 93;
-  c.vocab_size = 163840;
-  c.attn_res_block_size = 12;
-  c.kda_num_heads = 96;
-  c.kda_head_dim = 128;
-  c.num_attention_heads = 96;
-  c.q_lora_rank = 1536;
-  c.kv_lora_rank = 512;
-  c.qk_nope_head_dim = 128;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 128;
-  for (int64_t l = 4; l <= 92; l += 4) c.full_attn_layers.push_back(l);
-  c.full_attn_layers.push_back(93);
-  c.first_k_dense_replace = 1;
-  c.intermediate_size = 33792;
-  c.num_experts = 896;
-  c.num_experts_per_token = 16;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 3584;
-  c.moe_intermediate_size = 3072;
-  return c;
-}
-
 // ---- Deterministic randomness ----
 
 uint64_t SplitMix64(uint64_t x) {
@@ -460,23 +360,6 @@ absl::Status RemoveIfPresent(const std::string& path) {
 }
 
 }  // namespace
-
-absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
-  ModelConfig c;
-  if (preset == "tiny")
-    c = TinyPreset();
-  else if (preset == "demo")
-    c = DemoPreset();
-  else if (preset == "bench")
-    c = BenchPreset();
-  else if (preset == "full")
-    c = FullPreset();
-  else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", std::string(preset),
-                                                   "\" (choose tiny, demo, bench or full)"));
-  }
-  return ApplyConfigOverrides(c, {});  // validates and derives the layer map
-}
 
 absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
