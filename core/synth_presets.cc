@@ -105,6 +105,18 @@ ModelConfig FullPreset() {  // Kimi K3's text config (MODEL.md 1.2): 1.56 TB, us
   return c;
 }
 
+// Kimi K3's dimensions for every tensor (FullPreset) in 6 layers: the dense layer 0 at its
+// 33,792 width, MoE layers 1-5 of 128 real-size experts, MLA at one-based 4 and 6 (the
+// release's list also ends on two MLA layers, 92 and 93). 23.7 GB, 12.5 of them trunk with the
+// real 163,840-entry vocabulary: a trunk that streams at any budget of a few GB.
+ModelConfig SlicePreset() {
+  ModelConfig c = FullPreset();
+  c.num_layers = 6;
+  c.full_attn_layers = {4, 6};
+  c.num_experts = 128;
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
@@ -115,11 +127,13 @@ absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
     c = DemoPreset();
   else if (preset == "bench")
     c = BenchPreset();
+  else if (preset == "slice")
+    c = SlicePreset();
   else if (preset == "full")
     c = FullPreset();
   else {
     return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", std::string(preset),
-                                                   "\" (choose tiny, demo, bench or full)"));
+                                                   "\" (choose tiny, demo, bench, slice or full)"));
   }
   return ApplyConfigOverrides(c, {});  // validates and derives the layer map
 }
