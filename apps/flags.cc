@@ -4,9 +4,10 @@
 
 ABSL_FLAG(std::string, model, "", "Model directory (config.json and safetensors shards).");
 ABSL_FLAG(std::string, out, "", "Output directory.");
-ABSL_FLAG(std::string, preset, "",
-          "k3 synth: the model shape (tiny, demo, bench or full; default tiny). Elsewhere: the "
-          "memory preset (ultra, laptop, desktop, workstation, server, max, auto; default auto).");
+ABSL_FLAG(
+    std::string, preset, "",
+    "k3 synth: the model shape (tiny, demo, bench, slice or full; default tiny). Elsewhere: the "
+    "memory preset (ultra, laptop, desktop, workstation, server, max, auto; default auto).");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same bytes.");
 ABSL_FLAG(std::vector<std::string>, set, {},
           "Override a config key, e.g. --set hidden_size=256 --set full_attn_layers=4,8 "
@@ -16,6 +17,9 @@ ABSL_FLAG(double, router_skew, 0.0,
           "real traces).");
 ABSL_FLAG(std::string, dtype, "release",
           "Float tensors: release (BF16 matrices, F32 where the release has F32), f16 or f32.");
+ABSL_FLAG(std::string, weights, "",
+          "k3 synth: how weight matrices are drawn: gaussian (the exponent distribution of "
+          "trained weights) or uniform; default gaussian for slice and full, uniform otherwise.");
 ABSL_FLAG(bool, sparse, false,
           "k3 synth: headers only, the tensor data left as file holes that read as zeros.");
 ABSL_FLAG(bool, single_file, false,

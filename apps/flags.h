@@ -14,6 +14,7 @@ ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::vector<std::string>, set);
 ABSL_DECLARE_FLAG(double, router_skew);
 ABSL_DECLARE_FLAG(std::string, dtype);
+ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(bool, sparse);
 ABSL_DECLARE_FLAG(bool, single_file);
 ABSL_DECLARE_FLAG(bool, force);

@@ -389,9 +389,15 @@ void Checkpoint::LocateExperts() {
   for (int64_t l = config_.first_k_dense_replace; l < config_.num_layers; ++l) {
     for (int64_t e = 0; e < config_.num_experts; ++e) {
       ExpertLocation& loc = experts_[l * config_.num_experts + e];
-      for (int part = 0; part < 6; ++part) {
-        const int shard = part_shard_[Slot(l, e, part)];
-        const uint64_t offset = loc.part_offset[part];  // absolute until now
+      // Parts in file order, whatever their names' order: six tensors that tile one byte range
+      // in any permutation are still one read. Headers refuse overlaps, so the order is strict.
+      std::array<int, 6> order = {0, 1, 2, 3, 4, 5};
+      auto place = [&](int part) {
+        return std::pair{part_shard_[Slot(l, e, part)], loc.part_offset[part]};
+      };
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return place(a) < place(b); });
+      for (int part : order) {
+        const auto [shard, offset] = place(part);  // absolute until now
         const uint64_t size = PartBytes(part);
         loc.part_offset[part] = loc.total_bytes;
         loc.total_bytes += size;

@@ -36,8 +36,10 @@ struct ByteSpan {
   uint64_t length = 0;
 };
 
-// Where one routed expert's six tensors live: one span when they are adjacent (as released),
-// else six. `part_offset[i]` is where part i (kExpertParts order) starts in the concatenation.
+// Where one routed expert's six tensors live: one span when they tile one byte range (as
+// released, or in any other order), else up to six, in file order. `part_offset[i]` is where
+// part i (kExpertParts order) starts in the concatenation of the spans; part i + 1 need not
+// follow it, so a part's end is part_offset[i] + Checkpoint::PartBytes(i).
 struct ExpertLocation {
   std::vector<ByteSpan> spans;
   std::array<uint64_t, 6> part_offset{};
@@ -93,6 +95,8 @@ class Checkpoint {
   const ExpertLocation& expert(int64_t layer, int64_t e) const {
     return experts_[layer * config_.num_experts + e];
   }
+  // The bytes of an expert's part i (kExpertParts order), the same for every expert.
+  uint64_t PartBytes(int part) const;
 
   // Reads a (small) tensor's bytes; for trunk tensors and tools, not the streaming path.
   absl::Status ReadTensor(const TensorInfo& tensor, std::span<uint8_t> out) const;
@@ -126,7 +130,6 @@ class Checkpoint {
   int64_t SlotOf(const ExpertName& name, std::string_view prefix) const;
   // SlotOf() under the prefix of expert parts, which the first part-like name sets.
   int64_t NoteExpertName(std::string_view name, ExpertName* n);
-  uint64_t PartBytes(int part) const;
   TensorInfo ExpertPart(int64_t layer, int64_t e, int part) const;
   TensorInfo TensorAt(size_t i) const;
   const TensorInfo* FindListed(std::string_view full_name) const;

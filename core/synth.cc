@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,106 +21,6 @@
 
 namespace k3 {
 namespace {
-
-// ---- Presets (DESIGN.md section 6) ----
-
-ModelConfig TinyPreset() {  // the shape of ../shared/fixtures/reference-tiny
-  ModelConfig c;
-  c.hidden_size = 128;
-  c.num_layers = 13;
-  c.vocab_size = 256;
-  c.attn_res_block_size = 3;
-  c.kda_num_heads = 4;
-  c.kda_head_dim = 16;
-  c.num_attention_heads = 4;
-  c.q_lora_rank = 64;
-  c.kv_lora_rank = 32;
-  c.qk_nope_head_dim = 24;
-  c.qk_rope_head_dim = 8;
-  c.v_head_dim = 16;
-  c.full_attn_layers = {4, 8, 12, 13};
-  c.intermediate_size = 96;
-  c.num_experts = 8;
-  c.num_experts_per_token = 2;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 64;
-  c.moe_intermediate_size = 64;
-  return c;
-}
-
-ModelConfig DemoPreset() {  // a few hundred MB; experts outgrow small budgets
-  ModelConfig c;
-  c.hidden_size = 256;
-  c.num_layers = 8;
-  c.vocab_size = 4096;
-  c.attn_res_block_size = 3;
-  c.kda_num_heads = 4;
-  c.kda_head_dim = 64;
-  c.num_attention_heads = 4;
-  c.q_lora_rank = 128;
-  c.kv_lora_rank = 64;
-  c.qk_nope_head_dim = 32;
-  c.qk_rope_head_dim = 16;
-  c.v_head_dim = 32;
-  c.full_attn_layers = {4, 8};
-  c.intermediate_size = 768;
-  c.num_experts = 64;
-  c.num_experts_per_token = 8;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 512;
-  c.moe_intermediate_size = 384;
-  return c;
-}
-
-ModelConfig BenchPreset() {  // real 17,547,264-byte experts, ~16 GB of them
-  ModelConfig c;
-  c.hidden_size = 1024;
-  c.num_layers = 8;
-  c.vocab_size = 32768;
-  c.attn_res_block_size = 4;
-  c.kda_num_heads = 8;
-  c.kda_head_dim = 128;
-  c.num_attention_heads = 8;
-  c.q_lora_rank = 256;
-  c.kv_lora_rank = 128;
-  c.qk_nope_head_dim = 64;
-  c.qk_rope_head_dim = 32;
-  c.v_head_dim = 64;
-  c.full_attn_layers = {4, 8};
-  c.intermediate_size = 2048;
-  c.num_experts = 128;
-  c.num_experts_per_token = 16;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 3584;
-  c.moe_intermediate_size = 3072;
-  return c;
-}
-
-ModelConfig FullPreset() {  // Kimi K3's text config (MODEL.md 1.2): 1.56 TB, use --sparse
-  ModelConfig c;
-  c.hidden_size = 7168;
-  c.num_layers = 93;
-  c.vocab_size = 163840;
-  c.attn_res_block_size = 12;
-  c.kda_num_heads = 96;
-  c.kda_head_dim = 128;
-  c.num_attention_heads = 96;
-  c.q_lora_rank = 1536;
-  c.kv_lora_rank = 512;
-  c.qk_nope_head_dim = 128;
-  c.qk_rope_head_dim = 64;
-  c.v_head_dim = 128;
-  for (int64_t l = 4; l <= 92; l += 4) c.full_attn_layers.push_back(l);
-  c.full_attn_layers.push_back(93);
-  c.first_k_dense_replace = 1;
-  c.intermediate_size = 33792;
-  c.num_experts = 896;
-  c.num_experts_per_token = 16;
-  c.num_shared_experts = 2;
-  c.routed_expert_hidden_size = 3584;
-  c.moe_intermediate_size = 3072;
-  return c;
-}
 
 // ---- Deterministic randomness ----
 
@@ -150,15 +52,39 @@ class TensorRandom {
   uint64_t key_;
 };
 
+// Quantiles of N(0, 1) at the midpoints of 65,536 equally likely bins, so that 16 random bits
+// are one Gaussian draw by lookup, four per 64-bit word: fast enough for the writes to stay
+// disk-bound. The tails end at 4.3 sigma and nothing lands within 4e-5 sigma of zero, both far
+// too rare to move the exponent distribution. Bisection on erfc: exact to double precision,
+// ~30 ms once.
+const std::vector<float>& UnitGaussianQuantiles() {
+  static const std::vector<float> table = [] {
+    constexpr int kBins = 1 << 16;
+    std::vector<float> q(kBins);
+    for (int k = 0; k < kBins / 2; ++k) {
+      const double p = (k + 0.5) / kBins;  // below 1/2: a negative quantile
+      double lo = -10, hi = 0;
+      for (int it = 0; it < 60; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+      }
+      q[k] = static_cast<float>(0.5 * (lo + hi));
+      q[kBins - 1 - k] = -q[k];
+    }
+    return q;
+  }();
+  return table;
+}
+
 // ---- What each tensor holds ----
 
-enum class Fill { kOnes, kSymmetric, kALog, kExpertNibbles, kExpertScales };
+enum class Fill { kOnes, kSymmetric, kGaussian, kALog, kExpertNibbles, kExpertScales };
 
 struct TensorPlan {
   TensorSpec spec;
   DType dtype;
   Fill fill;
-  float scale;       // kSymmetric amplitude, kOnes spread
+  float scale;       // kSymmetric amplitude, kGaussian standard deviation, kOnes spread
   uint8_t exponent;  // kExpertScales base E8M0 code
   uint64_t bytes;
   int64_t live = 0;  // kALog: entries past this many (one per head) are zero padding
@@ -176,8 +102,9 @@ bool StoredAsF32(std::string_view name) {
 }
 
 // Weights are scaled so that every projection roughly preserves the RMS of its input and the
-// residual stream stays O(1) through all layers.
-TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats) {
+// residual stream stays O(1) through all layers. With `gaussian`, the tensors the release
+// stores as BF16 matrices are drawn from a normal distribution of the same RMS instead.
+TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats, bool gaussian) {
   TensorPlan p{spec, DType::kBF16, Fill::kSymmetric, 0, 0, 0, 0};
   const std::string& n = spec.name;
   const int64_t fan_in = spec.shape.size() >= 2 ? spec.shape[1] : 1;
@@ -207,12 +134,19 @@ TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats) {
   } else if (EndsWith(n, "res_proj.weight")) {
     p.scale = 1.5f * unit;  // AttnRes scores of RMS-normalised candidates ~ N(0, 1.5^2)
   } else if (EndsWith(n, "embed_tokens.weight")) {
-    p.scale = std::sqrt(3.0f);  // embedding rows with RMS 1
+    // Uniform: rows with RMS 1. Gaussian: at the matrices' 1/sqrt(hidden), as trained embeddings
+    // are O(0.01), so the whole model's exponent histogram is a trained one's too (the layers
+    // normalise their input, so the stream's starting scale does not matter to them).
+    p.scale = gaussian ? unit : std::sqrt(3.0f);
   } else if (EndsWith(n, "o_proj.weight") || EndsWith(n, "down_proj.weight") ||
              EndsWith(n, "routed_expert_up_proj.weight")) {
     p.scale = 0.5f * unit;  // residual branches: keep the stream from growing layer to layer
   } else {
     p.scale = unit;
+  }
+  if (gaussian && p.fill == Fill::kSymmetric && p.dtype == DType::kBF16) {
+    p.fill = Fill::kGaussian;
+    p.scale /= std::sqrt(3.0f);  // uniform on [-a, a) has RMS a / sqrt(3)
   }
   if (p.dtype != DType::kU8 && floats != SynthFloats::kRelease) {
     p.dtype = floats == SynthFloats::kF16 ? DType::kF16 : DType::kF32;
@@ -223,17 +157,58 @@ TensorPlan PlanTensor(const TensorSpec& spec, SynthFloats floats) {
   return p;
 }
 
-// Writes elements [first, first + count) of a tensor into dst.
-void GenerateElements(const TensorPlan& p, const TensorRandom& rng, uint64_t first, uint64_t count,
-                      uint8_t* dst, double router_skew) {
-  auto put = [&](uint64_t i, float v) {
-    if (p.dtype == DType::kF32) {
-      std::memcpy(dst + 4 * i, &v, 4);
-    } else {
-      uint16_t b = p.dtype == DType::kF16 ? FloatToHalf(v) : FloatToBF16(v);
-      std::memcpy(dst + 2 * i, &b, 2);
+// Stores v as element i of dst in the tensor's dtype.
+void Put(DType dtype, uint8_t* dst, uint64_t i, float v) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst + 4 * i, &v, 4);
+  } else {
+    uint16_t b = dtype == DType::kF16 ? FloatToHalf(v) : FloatToBF16(v);
+    std::memcpy(dst + 2 * i, &b, 2);
+  }
+}
+
+// A kGaussian BF16 tensor's 65,536 possible values, scaled and rounded once, so that each
+// element is one lookup.
+std::vector<uint16_t> GaussianBf16Codes(float sigma) {
+  const std::vector<float>& q = UnitGaussianQuantiles();
+  std::vector<uint16_t> codes(q.size());
+  for (size_t k = 0; k < q.size(); ++k) codes[k] = FloatToBF16(sigma * q[k]);
+  return codes;
+}
+
+// kGaussian elements [first, first + count): element e is 16 bits of random word e / 4.
+// `bf16_codes` (GaussianBf16Codes) when the tensor is BF16, else empty.
+void GenerateGaussian(const TensorPlan& p, const TensorRandom& rng, uint64_t first, uint64_t count,
+                      uint8_t* dst, std::span<const uint16_t> bf16_codes) {
+  const float* q = UnitGaussianQuantiles().data();
+  uint64_t i = 0;
+  auto partial_word = [&] {  // up to a word boundary, or the tail
+    const uint64_t e = first + i;
+    uint64_t word = rng.Bits(e / 4) >> (16 * (e % 4));
+    for (uint64_t k = e % 4; k < 4 && i < count; ++k, ++i, word >>= 16) {
+      Put(p.dtype, dst, i, p.scale * q[word & 0xffff]);
     }
   };
+  if (bf16_codes.empty()) {
+    while (i < count) partial_word();
+    return;
+  }
+  if ((first + i) % 4 != 0) partial_word();
+  const uint16_t* c = bf16_codes.data();
+  for (; i + 4 <= count; i += 4) {  // the bulk: four values from one word
+    const uint64_t w = rng.Bits((first + i) / 4);
+    const uint64_t out = uint64_t{c[w & 0xffff]} | uint64_t{c[(w >> 16) & 0xffff]} << 16 |
+                         uint64_t{c[(w >> 32) & 0xffff]} << 32 | uint64_t{c[w >> 48]} << 48;
+    std::memcpy(dst + 2 * i, &out, 8);  // little-endian: value k of the word is element i + k
+  }
+  if (i < count) partial_word();
+}
+
+// Writes elements [first, first + count) of a tensor into dst.
+void GenerateElements(const TensorPlan& p, const TensorRandom& rng, uint64_t first, uint64_t count,
+                      uint8_t* dst, double router_skew, std::span<const uint16_t> bf16_codes) {
+  if (p.fill == Fill::kGaussian) return GenerateGaussian(p, rng, first, count, dst, bf16_codes);
+  auto put = [&](uint64_t i, float v) { Put(p.dtype, dst, i, v); };
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t e = first + i;
     switch (p.fill) {
@@ -305,13 +280,13 @@ struct Shard {
 // named like MoonViT's (27 blocks of 1024 wide, a projector to 7168) whose 894,717,952 bytes
 // make the index list 497,220 tensors and metadata.total_size equal the release's. Names and
 // shapes are placeholders, not the release's.
-std::vector<TensorPlan> VisionPlaceholders(SynthFloats floats) {
+std::vector<TensorPlan> VisionPlaceholders(SynthFloats floats, bool gaussian) {
   constexpr int64_t kBlocks = 27, kWidth = 1024, kMlp = 5120;
   std::vector<TensorPlan> out;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     out.push_back(PlanTensor(
         {std::move(name), std::move(shape), TensorRole::kMatrix, TensorGroup::kAttention, -1},
-        floats));
+        floats, gaussian));
   };
   add("vision_tower.patch_embed.proj.weight", {kWidth, 3, 14, 14});
   add("vision_tower.patch_embed.pos_emb.weight", {64, 64, kWidth});
@@ -336,7 +311,7 @@ std::vector<TensorPlan> VisionPlaceholders(SynthFloats floats) {
 // adds the release's two vision shards and its file names. With `single_file`, the language
 // model in one model.safetensors.
 std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names,
-                              const SynthOptions& opt) {
+                              const SynthOptions& opt, bool gaussian) {
   const bool release = opt.preset == "full";
   std::vector<TensorSpec> trunk = TrunkTensorSpecs(c, names);
   const int language = static_cast<int>(c.num_layers) + 1;
@@ -352,19 +327,19 @@ std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names,
     if (spec.name.ends_with("self_attn.A_log")) {
       spec.shape = {std::max(c.kda_num_heads, c.kda_head_dim)};
     }
-    TensorPlan plan = PlanTensor(spec, opt.floats);
+    TensorPlan plan = PlanTensor(spec, opt.floats, gaussian);
     plan.live = c.kda_num_heads;
     shards[spec.layer < 0 ? language - 1 : spec.layer].tensors.push_back(std::move(plan));
   }
   for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
     for (int64_t e = 0; e < c.num_experts; ++e) {
       for (const TensorSpec& spec : ExpertTensorSpecs(c, names, l, e)) {
-        shards[l].tensors.push_back(PlanTensor(spec, opt.floats));
+        shards[l].tensors.push_back(PlanTensor(spec, opt.floats, gaussian));
       }
     }
   }
   if (count > language) {  // blocks 0-13 in shard 95, the rest and the projector in 96
-    std::vector<TensorPlan> vision = VisionPlaceholders(opt.floats);
+    std::vector<TensorPlan> vision = VisionPlaceholders(opt.floats, gaussian);
     const size_t half = 2 + 14 * 6;
     for (size_t i = 0; i < vision.size(); ++i) {
       shards[language + (i < half ? 0 : 1)].tensors.push_back(std::move(vision[i]));
@@ -380,8 +355,18 @@ std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names,
   return shards;
 }
 
+// What the written BF16 values look like: counted as they are generated, while in cache.
+struct ExponentStats {
+  ExponentHistogram all{};
+  double weighted_entropy = 0;  // sum over tensors of entropy x values
+  void AddTensor(const ExponentHistogram& tensor) {
+    AddHistogram(tensor, all);
+    weighted_entropy += EntropyBits(tensor) * static_cast<double>(HistogramTotal(tensor));
+  }
+};
+
 absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthOptions& opt,
-                        uint64_t& done, ProgressBar& bar) {
+                        uint64_t& done, ProgressBar& bar, ExponentStats& stats) {
   std::vector<TensorInfo> infos;
   infos.reserve(shard.tensors.size());
   for (const TensorPlan& t : shard.tensors) {
@@ -409,6 +394,10 @@ absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthO
   for (const TensorPlan& t : shard.tensors) {
     TensorRandom rng(opt.seed, t.spec.name);
     const size_t elem = DTypeSize(t.dtype);
+    const bool bf16 = t.dtype == DType::kBF16;
+    ExponentHistogram exponents{};
+    const std::vector<uint16_t> codes =
+        t.fill == Fill::kGaussian && bf16 ? GaussianBf16Codes(t.scale) : std::vector<uint16_t>{};
     uint64_t produced = 0;
     while (produced < t.bytes) {
       // Whole elements only, so a float never straddles two reservations.
@@ -416,7 +405,8 @@ absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthO
       const uint64_t n = room.size() / elem * elem;
       if (n == 0) {  // less than one element left in this block: go through a small buffer
         uint8_t tmp[4];
-        GenerateElements(t, rng, produced / elem, 1, tmp, opt.router_skew);
+        GenerateElements(t, rng, produced / elem, 1, tmp, opt.router_skew, codes);
+        if (bf16) CountBf16Exponents({tmp, elem}, exponents);
         if (absl::Status s = w.Append({tmp, elem}); !s.ok()) return s;
         produced += elem;
         continue;
@@ -424,13 +414,15 @@ absl::Status WriteShard(const Shard& shard, const std::string& dir, const SynthO
       if (t.dtype == DType::kU8) {
         GenerateExpertBytes(t, rng, produced, n, room.data());
       } else {
-        GenerateElements(t, rng, produced / elem, n / elem, room.data(), opt.router_skew);
+        GenerateElements(t, rng, produced / elem, n / elem, room.data(), opt.router_skew, codes);
+        if (bf16) CountBf16Exponents(room.first(n), exponents);
       }
       if (absl::Status s = w.Advance(n); !s.ok()) return s;
       produced += n;
       done += n;
       bar.Update(done);
     }
+    if (bf16) stats.AddTensor(exponents);
   }
   return w.Commit();
 }
@@ -461,23 +453,6 @@ absl::Status RemoveIfPresent(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> SynthPresetConfig(std::string_view preset) {
-  ModelConfig c;
-  if (preset == "tiny")
-    c = TinyPreset();
-  else if (preset == "demo")
-    c = DemoPreset();
-  else if (preset == "bench")
-    c = BenchPreset();
-  else if (preset == "full")
-    c = FullPreset();
-  else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", std::string(preset),
-                                                   "\" (choose tiny, demo, bench or full)"));
-  }
-  return ApplyConfigOverrides(c, {});  // validates and derives the layer map
-}
-
 absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
   auto base = SynthPresetConfig(opt.preset);
@@ -490,14 +465,20 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
 
   if (absl::Status s = io::MakeDirectories(opt.out_dir); !s.ok()) return s;
   const TensorNames names("language_model.");
-  std::vector<Shard> shards = PlanShards(*config, names, opt);
+  const bool gaussian = opt.weights == SynthWeights::kPresetDefault
+                            ? opt.preset == "slice" || opt.preset == "full"
+                            : opt.weights == SynthWeights::kGaussian;
+  std::vector<Shard> shards = PlanShards(*config, names, opt, gaussian);
   uint64_t total = 0;
   for (const Shard& s : shards) total += s.bytes();
 
   ProgressBar bar("synth " + opt.preset, total, "B", opt.show_progress);
   uint64_t done = 0;
+  ExponentStats exponents;
   for (const Shard& shard : shards) {
-    if (absl::Status s = WriteShard(shard, opt.out_dir, opt, done, bar); !s.ok()) return s;
+    if (absl::Status s = WriteShard(shard, opt.out_dir, opt, done, bar, exponents); !s.ok()) {
+      return s;
+    }
   }
   bar.Finish();
   // Opening prefers an index to model.safetensors: never leave the other layout's file behind.
@@ -534,6 +515,11 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
   result.config = *config;
   result.bytes_written = total;
   result.shards = static_cast<int>(shards.size());
+  result.weights = gaussian ? SynthWeights::kGaussian : SynthWeights::kUniform;
+  result.bf16_exponents = exponents.all;
+  if (const uint64_t n = HistogramTotal(exponents.all); n > 0) {
+    result.bf16_tensor_entropy_bits = exponents.weighted_entropy / static_cast<double>(n);
+  }
   for (const Shard& shard : shards) {
     for (const TensorPlan& t : shard.tensors) {
       ++(t.spec.name.starts_with(names.prefix()) ? result.language_tensors : result.other_tensors);

@@ -42,8 +42,7 @@ absl::Status CheckExpertBytes(const Checkpoint& ckpt, int64_t layer, int64_t exp
   }
   for (int part = 1; part < 6; part += 2) {  // the three weight_scale tensors
     const uint64_t begin = loc.part_offset[part];
-    const uint64_t end = part + 1 < 6 ? loc.part_offset[part + 1] : loc.total_bytes;
-    auto bad = kernels::FindInvalidMxfp4Scale(bytes.subspan(begin, end - begin));
+    auto bad = kernels::FindInvalidMxfp4Scale(bytes.subspan(begin, ckpt.PartBytes(part)));
     if (bad.has_value()) {
       auto [shard, offset] = Locate(loc, begin + *bad);
       return absl::DataLossError(absl::StrCat(

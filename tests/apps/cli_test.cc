@@ -82,6 +82,9 @@ const UsageCase kUsageCases[] = {
     {"bad_dtype",
      {"synth", "--out", "OUT", "--dtype", "f8"},
      "--dtype must be release, f16 or f32"},
+    {"bad_weights",
+     {"synth", "--out", "OUT", "--weights", "normal"},
+     "--weights must be gaussian or uniform"},
     {"stray_argument", {"synth", "--out", "OUT", "extra"}, "unexpected argument extra"},
     {"inspect_without_model", {"inspect"}, "--model DIR is required"},
     {"inspect_missing_dir", {"inspect", "--model", "OUT"}, "does not exist"},
@@ -140,6 +143,29 @@ TEST(CliTest, SynthSparseFullPresetThenInspect) {
       EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors"));
     }
   }
+}
+
+// The slice, sparse (no disk): Kimi K3's dimensions in 6 layers of 128 experts.
+TEST(CliTest, SynthSparseSlicePresetHasTheRealDimensions) {
+  testing::TempDir dir;
+  auto synth = RunK3({"synth", "--preset", "slice", "--sparse", "-o", dir / "m"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  EXPECT_THAT(synth.err, HasSubstr("7 shards, 23.71 GB apparent (sparse)"));
+  auto inspect = RunK3({"inspect", "-m", dir / "m"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out,
+              HasSubstr("6 (4 KDA, 2 MLA at one-based 4,6), dense FFN in the first 1"));
+  EXPECT_THAT(inspect.out, HasSubstr("hidden      7168, vocab 163840"));
+  EXPECT_THAT(inspect.out,
+              HasSubstr("128 per MoE layer, top-16, 2 shared; latent 3584, width 3072; "
+                        "17.55 MB each"));
+  EXPECT_THAT(inspect.out, HasSubstr("dense FFN                   1.45 GB"));  // 3 x 33792 x 7168
+  EXPECT_THAT(inspect.out, HasSubstr("one read per expert"));
+  // Written data reports its exponent entropy.
+  auto tiny = RunK3({"synth", "--preset", "tiny", "--weights", "gaussian", "-o", dir / "t"});
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.err;
+  EXPECT_THAT(tiny.err, HasSubstr("BF16 exponent entropy (gaussian weights): "));
+  EXPECT_THAT(tiny.err, HasSubstr("trained LLMs: ~2.6"));
 }
 
 TEST(CliTest, SynthRefusesToOverwriteAModelWithoutForce) {

@@ -13,6 +13,7 @@
 #include "core/synth.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/permute_experts.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"
 
@@ -141,21 +142,62 @@ TEST_F(CheckpointTest, ExpertsThatAreNotAdjacentGetSeveralSpansWithTheSameBytes)
   auto before = Checkpoint::Open(dir_.path());
   ASSERT_TRUE(before.ok());
   const TensorNames& names = (*before)->names();
-  std::vector<uint8_t> expected((*before)->Find(names.Expert(1, 1, 0))->byte_size);
-  ASSERT_TRUE((*before)->ReadTensor(*(*before)->Find(names.Expert(1, 1, 0)), expected).ok());
+  std::vector<uint8_t> expected((*before)->Find(names.Expert(1, 0, 0))->byte_size);
+  ASSERT_TRUE((*before)->ReadTensor(*(*before)->Find(names.Expert(1, 0, 0)), expected).ok());
   // Swap where experts 0 and 1 keep w1.weight_packed (same size).
   EditHeader(kLayer1Shard, [&](ojson& j) {
     std::swap(j[names.Expert(1, 0, 0)]["data_offsets"], j[names.Expert(1, 1, 0)]["data_offsets"]);
   });
   auto ckpt = Checkpoint::Open(dir_.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  const ExpertLocation& e = (*ckpt)->expert(1, 0);
+  const ExpertLocation& e = (*ckpt)->expert(1, 1);
   EXPECT_FALSE(e.contiguous());
   ASSERT_EQ(e.spans.size(), 2u);
   EXPECT_EQ(e.total_bytes, static_cast<uint64_t>((*ckpt)->config().expert_bytes()));
-  // Expert 0's w1 now lives where expert 1's was.
-  EXPECT_EQ(e.spans[0].offset, (*before)->Find(names.Expert(1, 1, 0))->file_offset);
+  // Expert 1's w1 now lives where expert 0's was: first in the file, so first of the spans.
+  EXPECT_EQ(e.spans[0].offset, (*before)->expert(1, 0).spans[0].offset);
   EXPECT_EQ(e.spans[0].length, expected.size());
+  EXPECT_EQ(e.part_offset[0], 0u);
+  // Expert 0's w1 now follows its w3: its six tensors still tile one range, so one read.
+  const ExpertLocation& first = (*ckpt)->expert(1, 0);
+  ASSERT_TRUE(first.contiguous());
+  EXPECT_EQ(first.spans[0].offset, (*before)->expert(1, 0).spans[0].offset + expected.size());
+  EXPECT_EQ(first.part_offset[0], first.total_bytes - expected.size());
+  EXPECT_EQ(first.part_offset[1], 0u);
+}
+
+// Each expert's six tensors in another order inside the same range: still one span each, and
+// every part's bytes, read alone or cut from the span, are the ones it had.
+TEST_F(CheckpointTest, ExpertPartsInAnyOrderWithinOneRangeAreOneSpan) {
+  auto before = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(testing::PermuteExpertParts(dir_.path(), {5, 2, 0, 4, 1, 3}).ok());
+  auto after = Checkpoint::Open(dir_.path());
+  ASSERT_TRUE(after.ok()) << after.status();
+  const Checkpoint& a = **after;
+  const Checkpoint& b = **before;
+  for (int64_t l = 1; l < a.config().num_layers; ++l) {
+    for (int64_t e = 0; e < a.config().num_experts; ++e) {
+      const ExpertLocation& loc = a.expert(l, e);
+      ASSERT_TRUE(loc.contiguous()) << l << "/" << e;
+      EXPECT_EQ(loc.spans[0].offset, b.expert(l, e).spans[0].offset);
+      EXPECT_EQ(loc.spans[0].length, b.expert(l, e).spans[0].length);
+      EXPECT_EQ(loc.part_offset[5], 0u);
+      std::vector<uint8_t> span(loc.total_bytes);
+      ASSERT_TRUE(a.ReadSpan(loc.spans[0], span).ok());
+      for (int part = 0; part < 6; ++part) {
+        const TensorInfo* t = a.Find(a.names().Expert(l, e, part));
+        ASSERT_NE(t, nullptr);
+        EXPECT_EQ(t->file_offset, loc.spans[0].offset + loc.part_offset[part]);
+        std::vector<uint8_t> was(b.PartBytes(part)), is(a.PartBytes(part));
+        ASSERT_TRUE(b.ReadTensor(*b.Find(b.names().Expert(l, e, part)), was).ok());
+        ASSERT_TRUE(a.ReadTensor(*t, is).ok());
+        EXPECT_EQ(is, was) << t->name;
+        EXPECT_TRUE(std::equal(was.begin(), was.end(), span.begin() + loc.part_offset[part]))
+            << t->name;
+      }
+    }
+  }
 }
 
 TEST_F(CheckpointTest, FloatTensorsReadTheSameInEveryDtype) {

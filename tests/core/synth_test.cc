@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/escaping.h"
@@ -55,7 +57,7 @@ TEST(SynthTest, SameSeedSameBytesOtherSeedOtherBytes) {
 }
 
 TEST(SynthTest, PresetsAreValidAndShapedAsDocumented) {
-  for (const char* name : {"tiny", "demo", "bench", "full"}) {
+  for (const char* name : {"tiny", "demo", "bench", "slice", "full"}) {
     auto c = SynthPresetConfig(name);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status();
   }
@@ -213,13 +215,19 @@ std::pair<uint64_t, uint64_t> DiskUse(const std::string& dir) {
   return {apparent, allocated};
 }
 
+// A preset written sparse: headers only, the data left as holes.
+SynthOptions Sparse(const std::string& preset, const std::string& dir) {
+  SynthOptions opt;
+  opt.preset = preset;
+  opt.out_dir = dir;
+  opt.sparse = true;
+  return opt;
+}
+
 // The full preset at real dimensions with fewer layers and experts: 4 layers (the last two
 // MLA, as released), 32 experts, written sparse.
 SynthOptions ReducedFull(const std::string& dir) {
-  SynthOptions opt;
-  opt.preset = "full";
-  opt.out_dir = dir;
-  opt.sparse = true;
+  SynthOptions opt = Sparse("full", dir);
   opt.overrides = {{"num_hidden_layers", "4"}, {"full_attn_layers", "3,4"}, {"num_experts", "32"}};
   return opt;
 }
@@ -283,15 +291,127 @@ TEST(SynthTest, SingleFileHoldsTheLanguageModelWithoutAnIndex) {
   EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
 }
 
+// Kimi K3's dimensions for every tensor in 6 layers of 128 experts, written sparse (no disk):
+// the trunk and experts of the real model, only fewer of them.
+TEST(SynthTest, SlicePresetHasTheRealDimensionsInSixLayers) {
+  testing::TempDir dir;
+  auto r = Synthesize(Sparse("slice", dir.path()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shards, 7);  // a shard per layer and the globals; no vision placeholders
+  EXPECT_EQ(r->other_tensors, 0);
+  EXPECT_EQ(r->weights, SynthWeights::kGaussian);
+  auto ckpt = Checkpoint::Open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& ck = **ckpt;
+  const ModelConfig& c = ck.config();
+  EXPECT_EQ(c.hidden_size, 7168);
+  EXPECT_EQ(c.vocab_size, 163840);
+  EXPECT_EQ(c.num_layers, 6);
+  EXPECT_EQ(c.full_attn_layers, (std::vector<int64_t>{4, 6}));  // one-based, as in the config
+  for (int64_t l = 0; l < 6; ++l) {
+    EXPECT_EQ(c.attention_kind(l), l == 3 || l == 5 ? AttentionKind::kMla : AttentionKind::kKda)
+        << l;
+  }
+  EXPECT_EQ(c.first_k_dense_replace, 1);
+  EXPECT_EQ(c.intermediate_size, 33792);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_token, 16);
+  EXPECT_EQ(c.num_shared_experts, 2);
+  EXPECT_EQ(c.routed_expert_hidden_size, 3584);
+  EXPECT_EQ(c.moe_intermediate_size, 3072);
+  EXPECT_EQ(c.expert_bytes(), 17547264);
+  EXPECT_EQ(c.kda_num_heads, 96);
+  EXPECT_EQ(c.kda_head_dim, 128);
+  EXPECT_EQ(c.num_attention_heads, 96);
+  // The shapes on disk, as the release has them (MODEL.md section 3).
+  const std::map<std::string, std::vector<int64_t>> shapes = {
+      {"model.embed_tokens.weight", {163840, 7168}},
+      {"lm_head.weight", {163840, 7168}},
+      {"model.layers.0.mlp.gate_proj.weight", {33792, 7168}},
+      {"model.layers.0.mlp.down_proj.weight", {7168, 33792}},
+      {"model.layers.1.self_attn.q_proj.weight", {96 * 128, 7168}},
+      {"model.layers.1.self_attn.A_log", {128}},
+      {"model.layers.3.self_attn.q_a_proj.weight", {1536, 7168}},
+      {"model.layers.3.self_attn.q_b_proj.weight", {96 * (128 + 64), 1536}},
+      {"model.layers.3.self_attn.kv_a_proj_with_mqa.weight", {512 + 64, 7168}},
+      {"model.layers.5.self_attn.kv_b_proj.weight", {96 * (128 + 128), 512}},
+      {"model.layers.5.block_sparse_moe.gate.weight", {128, 7168}},
+      {"model.layers.5.block_sparse_moe.shared_experts.gate_proj.weight", {2 * 3072, 7168}},
+      {"model.layers.5.block_sparse_moe.routed_expert_down_proj.weight", {3584, 7168}},
+      {"model.layers.5.block_sparse_moe.experts.127.w2.weight_packed", {3584, 1536}},
+  };
+  for (const auto& [name, shape] : shapes) {
+    const TensorInfo* t = ck.Find("language_model." + name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, shape) << name;
+  }
+  EXPECT_EQ(ck.Find("language_model.model.layers.6.input_layernorm.weight"), nullptr);
+  for (int64_t l = 1; l < 6; ++l) {
+    for (int64_t e = 0; e < 128; ++e) ASSERT_TRUE(ck.expert(l, e).contiguous()) << l << "/" << e;
+  }
+  // 23.7 GB of tensors: 11,230,248,960 bytes of experts (5 x 128 x 17,547,264), the rest trunk.
+  EXPECT_EQ(r->bytes_written, 23705964032ull);
+  EXPECT_EQ(HistogramTotal(r->bf16_exponents), 0u);  // nothing written, nothing counted
+  const auto [apparent, allocated] = DiskUse(dir.path());
+  EXPECT_GT(apparent, r->bytes_written);
+  EXPECT_LT(allocated, 64ull << 20);
+}
+
+// Gaussian weights on a small preset, drawn by the same code as the slice's: the exponent field
+// has a trained model's entropy (uniform values have less), the RMS stays the uniform draw's,
+// the counts are those of the bytes on disk, and the same seed gives the same bytes.
+TEST(SynthTest, GaussianWeightsHaveATrainedModelsExponentEntropy) {
+  testing::TempDir gauss, again, uniform;
+  SynthOptions opt;
+  opt.preset = "tiny";
+  opt.weights = SynthWeights::kGaussian;
+  opt.out_dir = gauss.path();
+  auto g = Synthesize(opt);
+  opt.out_dir = again.path();
+  auto g2 = Synthesize(opt);
+  opt.out_dir = uniform.path();
+  opt.weights = SynthWeights::kPresetDefault;  // uniform for tiny
+  auto u = Synthesize(opt);
+  ASSERT_TRUE(g.ok() && g2.ok() && u.ok());
+  EXPECT_EQ(g->weights, SynthWeights::kGaussian);
+  EXPECT_EQ(u->weights, SynthWeights::kUniform);
+  // Per tensor ~2.54 bits for a normal distribution; ~2.6 published over trained models.
+  EXPECT_GT(g->bf16_tensor_entropy_bits, 2.45);
+  EXPECT_LT(g->bf16_tensor_entropy_bits, 2.65);
+  EXPECT_GT(EntropyBits(g->bf16_exponents), 2.3);
+  EXPECT_LT(EntropyBits(g->bf16_exponents), 3.0);
+  EXPECT_LT(u->bf16_tensor_entropy_bits, 2.35);  // uniform: ~2.0-2.3 depending on the scale
+  auto gc = Checkpoint::Open(gauss.path());
+  auto uc = Checkpoint::Open(uniform.path());
+  ASSERT_TRUE(gc.ok() && uc.ok());
+  ExponentHistogram on_disk{};
+  for (const TensorInfo& t : (*gc)->tensors()) {
+    if (t.dtype != DType::kBF16) continue;
+    std::vector<uint8_t> bytes(t.byte_size);
+    ASSERT_TRUE((*gc)->ReadTensor(t, bytes).ok());
+    CountBf16Exponents(bytes, on_disk);
+  }
+  EXPECT_EQ(on_disk, g->bf16_exponents);
+  auto rms = [](const Checkpoint& c, const std::string& name) {
+    auto v = c.ReadTensorAsFloat(*c.Find(name));
+    EXPECT_TRUE(v.ok());
+    double sum = 0;
+    for (float x : *v) sum += static_cast<double>(x) * x;
+    return std::sqrt(sum / static_cast<double>(v->size()));
+  };
+  const std::string q = "language_model.model.layers.1.self_attn.q_proj.weight";
+  EXPECT_NEAR(rms(**gc, q), rms(**uc, q), 0.05 * rms(**uc, q));  // 8,192 values: ~1% noise each
+  for (const auto& entry : std::filesystem::directory_iterator(gauss.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(Contents(gauss / name), Contents(again / name)) << name;
+  }
+}
+
 // The whole release layout, written sparse (~3 s and ~140 MB of disk): the tensor counts and
 // byte totals that MODEL.md section 3.1 gives for the release.
 TEST(SynthTest, FullPresetHasTheReleaseTensorCountsAndSizes) {
   testing::TempDir dir;
-  SynthOptions opt;
-  opt.preset = "full";
-  opt.out_dir = dir.path();
-  opt.sparse = true;
-  auto r = Synthesize(opt);
+  auto r = Synthesize(Sparse("full", dir.path()));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->shards, 96);
   EXPECT_EQ(r->language_tensors, 497052);
