@@ -51,9 +51,8 @@ struct BadLine {
 };
 
 // One line's request, on top of the defaults the flags give.
-absl::StatusOr<Item> ParseLine(const std::string& text, int64_t line, const BatchRequest& defaults,
+absl::StatusOr<Item> ParseLine(const json& j, int64_t line, const BatchRequest& defaults,
                                const std::optional<Tokenizer>& tokenizer, int64_t max_context) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
   static const char* kKeys[] = {"id",    "prompt", "ids",  "n_predict", "temperature",
@@ -121,35 +120,31 @@ absl::StatusOr<Item> ParseLine(const std::string& text, int64_t line, const Batc
   return item;
 }
 
-// Every line of the file: the requests, and the lines that are not one.
-absl::Status ReadLines(const std::string& path, const BatchRequest& defaults,
-                       const std::optional<Tokenizer>& tokenizer, int64_t max_context,
-                       std::vector<Item>& items, std::vector<BadLine>& bad) {
+// A line of the file that is not blank, parsed (discarded when it is not JSON).
+struct Line {
+  int64_t number = 0;
+  json value;
+};
+
+// Every line of the file, read and parsed once.
+absl::StatusOr<std::vector<Line>> ReadLines(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::vector<Line> lines;
   std::string text;
-  for (int64_t line = 1; std::getline(in, text); ++line) {
+  for (int64_t number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines
-    auto item = ParseLine(text, line, defaults, tokenizer, max_context);
-    if (item.ok()) {
-      items.push_back(*std::move(item));
-    } else {
-      bad.push_back({line, std::string(item.status().message())});
-    }
+    lines.push_back({number, json::parse(text, nullptr, /*allow_exceptions=*/false)});
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return absl::OkStatus();
+  return lines;
 }
 
-// Whether the prompts need a tokenizer (a line with "prompt"), by a quick look at the text.
-bool NeedsTokenizer(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  while (std::getline(in, text)) {
-    const json j = json::parse(text, nullptr, false);
-    if (j.is_object() && j.contains("prompt")) return true;
-  }
-  return false;
+// Whether the prompts need a tokenizer: a line with "prompt".
+bool NeedsTokenizer(const std::vector<Line>& lines) {
+  return std::any_of(lines.begin(), lines.end(), [](const Line& l) {
+    return l.value.is_object() && l.value.contains("prompt");
+  });
 }
 
 json ResultJson(const Item& item, const BatchResult& r, const std::optional<Tokenizer>& tok) {
@@ -259,7 +254,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   }
   auto sampler = ReadSampler();
   if (!sampler.ok()) return ReportError(kName, sampler.status());
-  auto tokenizer = FindTokenizer(options.model_dir, NeedsTokenizer(path));
+  auto lines = ReadLines(path);
+  if (!lines.ok()) return ReportError(kName, lines.status());
+  auto tokenizer = FindTokenizer(options.model_dir, NeedsTokenizer(*lines));
   if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
   auto config = Checkpoint::Open(options.model_dir);
   if (!config.ok()) return ReportError(kName, config.status());
@@ -272,9 +269,13 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   defaults.stop_ids = *stops;
   std::vector<Item> items;
   std::vector<BadLine> bad;
-  if (absl::Status s = ReadLines(path, defaults, *tokenizer, options.max_context, items, bad);
-      !s.ok()) {
-    return ReportError(kName, s);
+  for (const Line& line : *lines) {  // the requests, and the lines that are not one
+    auto item = ParseLine(line.value, line.number, defaults, *tokenizer, options.max_context);
+    if (item.ok()) {
+      items.push_back(*std::move(item));
+    } else {
+      bad.push_back({line.number, std::string(item.status().message())});
+    }
   }
   for (const BadLine& b : bad) {
     std::fprintf(stderr, "k3 generate: %s:%lld: %s%s\n", path.c_str(),
@@ -289,8 +290,8 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (items.empty()) return UsageError(kName, absl::StrCat(path, ": no prompts"));
   auto choice = ChooseBatch(**config, options, items.size());
   if (!choice.ok()) return ReportError(kName, choice.status());
-  const int* batch = &choice->batch;
-  options.sequences = *batch;
+  const int batch = choice->batch;
+  options.sequences = batch;
   config->reset();
   auto engine = Engine::Open(options);
   if (!engine.ok()) return ReportError(kName, engine.status());
@@ -298,15 +299,14 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!quiet) {
     std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
     std::fprintf(stderr, "batch: %d sequences at once, %zu prompts (the budget holds %s%d)\n",
-                 *batch, items.size(), choice->holds == kMaxBatch ? "at least " : "",
-                 choice->holds);
+                 batch, items.size(), choice->holds == kMaxBatch ? "at least " : "", choice->holds);
   }
   std::FILE* out = stdout;
   const std::string out_path = absl::GetFlag(FLAGS_output);
   if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
     return ReportError(kName, absl::NotFoundError(out_path + ": cannot be written"));
   }
-  BatchScheduler scheduler(**engine, {.batch = *batch,
+  BatchScheduler scheduler(**engine, {.batch = batch,
                                       .prefill_tokens_per_step = options.prefill_chunk,
                                       .max_context = options.max_context});
   for (Item& item : items) {
@@ -341,9 +341,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
     if (results[i].has_value()) write(i);
   }
   if (out != stdout) std::fclose(out);
-  if (!quiet) PrintSummary(scheduler.totals(), per_token, *batch, (*engine)->config());
+  if (!quiet) PrintSummary(scheduler.totals(), per_token, batch, (*engine)->config());
   if (const std::string report = absl::GetFlag(FLAGS_report_json); !report.empty()) {
-    json j = TotalsJson(scheduler.totals(), per_token, *batch, **engine);
+    json j = TotalsJson(scheduler.totals(), per_token, batch, **engine);
     j["interrupted"] = Interrupted();
     if (!status.ok()) j["error"] = std::string(status.message());
     if (absl::Status s = io::WriteFileAtomically(report, j.dump(2) + "\n"); !s.ok()) {
