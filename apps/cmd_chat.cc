@@ -21,6 +21,7 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/run_report.h"
+#include "core/chat_reply.h"
 #include "core/chat_template.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
@@ -103,50 +104,24 @@ class LineReader {
   bool eof_ = false;
 };
 
-// Streams a reply: text as it is produced, without the XTML markup (special tokens, and the
-// tag names between <|open|> or <|close|> and <|sep|>); the end of the think channel starts a
-// new line so that the answer stands apart from the reasoning.
+// Streams a reply: text as it is produced, without the XTML markup; the end of the think
+// channel starts a new line so that the answer stands apart from the reasoning.
 class ReplyPrinter {
  public:
-  explicit ReplyPrinter(const Tokenizer& tok)
-      : tok_(tok),
-        open_(tok.SpecialTokenId("<|open|>").value_or(-1)),
-        close_(tok.SpecialTokenId("<|close|>").value_or(-1)),
-        sep_(tok.SpecialTokenId("<|sep|>").value_or(-1)) {}
+  explicit ReplyPrinter(const Tokenizer& tok) : reader_(tok) {}
+  ~ReplyPrinter() { Write(reader_.Flush()); }
 
-  void Print(int32_t id) {
-    if (id == open_ || id == close_) {
-      if (in_tag_) Write(tag_);
-      in_tag_ = true;
-      closing_ = id == close_;
-      tag_.clear();
-    } else if (id == sep_ && in_tag_) {
-      in_tag_ = false;
-      if (closing_ && tag_.rfind("think", 0) == 0) Write("\n");
-    } else if (!tok_.IsSpecial(id)) {
-      auto bytes = tok_.TokenBytes(id);
-      if (!bytes.ok()) return;
-      if (!in_tag_) return Write(*bytes);
-      tag_.append(bytes->data(), bytes->size());
-      // A tag name is a word or two; anything longer was text after a stray marker.
-      if (tag_.size() > 64) {
-        in_tag_ = false;
-        Write(tag_);
-      }
-    }
-  }
+  void Print(int32_t id) { Write(reader_.Add(id)); }
 
  private:
-  static void Write(std::string_view s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
+  static void Write(const ChatReplyReader::Delta& d) {
+    std::fwrite(d.think.data(), 1, d.think.size(), stdout);
+    if (d.think_closed) std::fputc('\n', stdout);
+    std::fwrite(d.response.data(), 1, d.response.size(), stdout);
     std::fflush(stdout);
   }
 
-  const Tokenizer& tok_;
-  int32_t open_, close_, sep_;
-  bool in_tag_ = false;
-  bool closing_ = false;
-  std::string tag_;
+  ChatReplyReader reader_;
 };
 
 struct ChatSettings {

@@ -13,5 +13,6 @@ const Subcommand& BenchCommand();
 const Subcommand& PackCommand();
 const Subcommand& ChatCommand();
 const Subcommand& DoctorCommand();
+const Subcommand& ServeCommand();
 
 }  // namespace k3::cli

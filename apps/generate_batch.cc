@@ -23,7 +23,8 @@ ABSL_FLAG(std::string, prompts, "",
           "\"seed\", \"greedy\", \"stop_ids\"; they run batched, results as JSON lines in input "
           "order.");
 ABSL_FLAG(int32_t, batch, 0,
-          "k3 generate --prompts: sequences run at once (0 = what the budget holds, at most 8).");
+          "Sequences run at once, for k3 generate --prompts and k3 serve (0 = what the budget "
+          "holds, at most 8).");
 ABSL_FLAG(std::string, bad_lines, "refuse",
           "k3 generate --prompts: a malformed line is reported and either refuses the run "
           "before anything is generated (refuse) or is left out (skip).");
@@ -57,7 +58,8 @@ absl::StatusOr<Item> ParseLine(const json& j, int64_t line, const BatchRequest& 
   if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
   static const char* kKeys[] = {"id",    "prompt", "ids",  "n_predict", "temperature",
                                 "top_k", "top_p",  "seed", "greedy",    "stop_ids"};
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& field : j.items()) {
+    const std::string& key = field.key();
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
         std::end(kKeys)) {
       return absl::InvalidArgumentError(absl::StrCat("unknown field \"", key, "\""));
@@ -179,12 +181,8 @@ absl::StatusOr<BatchChoice> ChooseBatch(const Checkpoint& ckpt, const EngineOpti
                                         size_t prompts) {
   const int asked = absl::GetFlag(FLAGS_batch);
   if (asked < 0) return absl::InvalidArgumentError("--batch must be >= 0");
-  const ModelFootprint one =
-      MeasureFootprint(ckpt, options.max_context, options.prefill_chunk,
-                       {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
   BatchChoice c;
-  // "ultra" is the minimum of whatever runs, so it holds any batch: the cap, then.
-  c.holds = MaxSequences(one, options.memory, AvailableRamBytes(), kMaxBatch);
+  c.holds = SequencesTheBudgetHolds(ckpt, options, kMaxBatch);
   const int cap = static_cast<int>(std::min<size_t>(kDefaultBatchCap, prompts));
   c.batch = asked > 0 ? asked : std::max(1, std::min(c.holds, cap));
   return c;

@@ -51,12 +51,17 @@ BatchScheduler::BatchScheduler(Engine& engine, const BatchOptions& options)
   options_.prefill_tokens_per_step = std::max(1, options_.prefill_tokens_per_step);
 }
 
+BatchScheduler::~BatchScheduler() = default;
+
+size_t BatchScheduler::live() const { return live_.size(); }
+
 absl::StatusOr<size_t> BatchScheduler::Add(BatchRequest request) {
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (static_cast<int64_t>(request.prompt.size()) >= options_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", request.prompt.size(),
-                                                   " tokens, the context holds ",
-                                                   options_.max_context));
+  const int64_t before = request.resume ? request.resume->position() : 0;
+  const int64_t tokens = before + static_cast<int64_t>(request.prompt.size());
+  if (tokens >= options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", tokens, " tokens, the context holds ", options_.max_context));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max tokens must be >= 0");
   if (absl::Status s = ValidateSamplerOptions(request.sampler); !s.ok()) return s;
@@ -64,21 +69,53 @@ absl::StatusOr<size_t> BatchScheduler::Add(BatchRequest request) {
   return added_++;
 }
 
-void BatchScheduler::Admit(std::vector<Live>& live) {
-  while (static_cast<int>(live.size()) < options_.batch && !waiting_.empty()) {
+void BatchScheduler::Admit() {
+  while (static_cast<int>(live_.size()) < options_.batch && !waiting_.empty()) {
     auto [index, request] = std::move(waiting_.front());
     waiting_.pop_front();
     Sampler sampler(request.sampler);
-    Live seq{std::move(request), {}, engine_.NewState(), std::move(sampler)};
+    SequenceState state = request.resume ? std::move(*request.resume) : engine_.NewState();
+    request.resume.reset();
+    Live seq{std::move(request), {}, std::move(state), std::move(sampler)};
     seq.result.index = index;
-    seq.result.prompt_tokens = static_cast<int64_t>(seq.request.prompt.size());
+    seq.result.prompt_tokens =
+        seq.state.position() + static_cast<int64_t>(seq.request.prompt.size());
     seq.result.admitted_at = Now() - started_;
-    live.push_back(std::move(seq));
+    live_.push_back(std::move(seq));
   }
 }
 
-absl::Status BatchScheduler::Step(std::vector<Live>& live, const TokenFn& on_token,
-                                  const DoneFn& on_done) {
+void BatchScheduler::Finish(Live& seq, FinishReason reason, const DoneFn& on_done) {
+  seq.result.finish = reason;
+  seq.result.finished_at = Now() - started_;
+  if (seq.request.keep_final_state) seq.result.state = std::move(seq.state);
+  if (on_done) on_done(seq.result);
+}
+
+void BatchScheduler::EndCancelled(const DoneFn& on_done) {
+  for (const size_t index : cancelled_) {
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+      if (it->first != index) continue;
+      BatchResult result;
+      result.index = index;
+      result.finish = FinishReason::kInterrupted;
+      result.admitted_at = result.finished_at = Now() - started_;
+      waiting_.erase(it);
+      if (on_done) on_done(result);
+      break;
+    }
+    for (auto it = live_.begin(); it != live_.end(); ++it) {
+      if (it->result.index != index) continue;
+      Finish(*it, FinishReason::kInterrupted, on_done);
+      live_.erase(it);
+      break;
+    }
+  }
+  cancelled_.clear();
+}
+
+absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done) {
+  std::vector<Live>& live = live_;
   // Decode rows first, then prompt chunks in the order the prompts joined, up to the share.
   std::vector<BatchSegment> segments;
   std::vector<size_t> owner;  // segment -> live sequence
@@ -106,15 +143,17 @@ absl::Status BatchScheduler::Step(std::vector<Live>& live, const TokenFn& on_tok
   totals_.max_live = std::max(totals_.max_live, static_cast<int>(live.size()));
   const size_t vocab = logits.size() / segments.size();
   const double now = Now() - started_;
-  std::vector<bool> done(live.size(), false);
+  std::vector<std::optional<FinishReason>> done(live.size());
   for (size_t s = 0; s < segments.size(); ++s) {
     Live& seq = live[owner[s]];
     seq.prefilled += chunk[owner[s]];
     if (!seq.decoding()) continue;  // more of its prompt to run
     BatchResult& r = seq.result;
+    if (chunk[owner[s]] > 0 && seq.request.keep_prompt_state && on_prompt_state_) {
+      on_prompt_state_(r.index, seq.state);
+    }
     if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {  // max_tokens 0
-      r.finish = FinishReason::kLength;
-      done[owner[s]] = true;
+      done[owner[s]] = FinishReason::kLength;
       continue;
     }
     const std::span<const float> row(logits.data() + s * vocab, vocab);
@@ -126,50 +165,55 @@ absl::Status BatchScheduler::Step(std::vector<Live>& live, const TokenFn& on_tok
     seq.next = id;
     const auto& stops = seq.request.stop_ids;
     if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-      r.finish = FinishReason::kStop;
-      done[owner[s]] = true;
+      done[owner[s]] = FinishReason::kStop;
     } else if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {
-      r.finish = FinishReason::kLength;
-      done[owner[s]] = true;
+      done[owner[s]] = FinishReason::kLength;
     } else if (seq.state.position() + 1 >= options_.max_context) {
-      r.finish = FinishReason::kContext;  // decoding `id` would pass the planned context
-      done[owner[s]] = true;
+      done[owner[s]] = FinishReason::kContext;  // decoding `id` would pass the planned context
     }
   }
   // Finished sequences leave in place order; their places go to waiting prompts next step.
   std::vector<Live> kept;
   for (size_t i = 0; i < live.size(); ++i) {
-    if (!done[i]) {
+    if (done[i]) {
+      Finish(live[i], *done[i], on_done);
+    } else {
       kept.push_back(std::move(live[i]));
-      continue;
     }
-    live[i].result.finished_at = now;
-    if (on_done) on_done(live[i].result);
   }
   live = std::move(kept);
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> BatchScheduler::RunStep(const TokenFn& on_token, const DoneFn& on_done) {
+  if (started_ < 0) started_ = Now();
+  EndCancelled(on_done);
+  Admit();
+  if (live_.empty()) return false;
+  absl::Status status = Step(on_token, on_done);
+  totals_.seconds = Now() - started_;
+  if (!status.ok()) {
+    live_.clear();
+    return status;
+  }
+  return true;
+}
+
 absl::Status BatchScheduler::Run(const TokenFn& on_token, const DoneFn& on_done,
                                  const StopFn& stop) {
-  started_ = Now();
-  std::vector<Live> live;
-  absl::Status status;
-  for (Admit(live); !live.empty(); Admit(live)) {
+  for (;;) {
     if (stop && stop()) {
-      for (Live& seq : live) {
-        seq.result.finish = FinishReason::kInterrupted;
-        seq.result.finished_at = Now() - started_;
-        if (on_done) on_done(seq.result);
-      }
-      live.clear();
+      Admit();  // those that would have run this step end as interrupted; the rest go unreported
+      for (Live& seq : live_) Finish(seq, FinishReason::kInterrupted, on_done);
+      live_.clear();
+      waiting_.clear();
       break;
     }
-    status = Step(live, on_token, on_done);
-    if (!status.ok()) break;
+    absl::StatusOr<bool> ran = RunStep(on_token, on_done);
+    if (!ran.ok()) return ran.status();
+    if (!*ran) break;
   }
-  totals_.seconds = Now() - started_;
-  return status;
+  return absl::OkStatus();
 }
 
 }  // namespace k3

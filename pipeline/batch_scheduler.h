@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ struct BatchRequest {
   int32_t max_tokens = 32;      // tokens to sample (0: prefill only)
   SamplerOptions sampler;
   std::vector<int32_t> stop_ids;  // a sampled stop id ends the sequence (and is its last id)
+  // Prefix reuse: the state of an earlier sequence whose tokens come before `prompt`, which
+  // then holds only the tokens after them. The result equals running them all from scratch.
+  std::optional<SequenceState> resume;
+  bool keep_prompt_state = false;  // hand a copy of the state to the PromptStateFn once the
+                                   // prompt has run (before the first token is sampled)
+  bool keep_final_state = false;   // hand the final state over in BatchResult::state
 };
 
 // How a sequence ended.
@@ -42,6 +49,8 @@ struct BatchResult {
   // Seconds since Run started: admitted into the batch, first token sampled, finished.
   double admitted_at = 0, first_token_at = 0, finished_at = 0;
   double seconds_per_token() const;  // between first and last token (0 with fewer than two)
+  // With keep_final_state: the state at the end, every token but the last sampled one run.
+  std::optional<SequenceState> state;
 };
 
 struct BatchOptions {
@@ -65,10 +74,13 @@ class BatchScheduler {
  public:
   // Called for every sampled token with the logits it was sampled from.
   using TokenFn = std::function<void(size_t index, int32_t id, std::span<const float> logits)>;
-  using DoneFn = std::function<void(const BatchResult& result)>;
+  // Non-const so that a caller can take the kept state out of the result.
+  using DoneFn = std::function<void(BatchResult& result)>;
   using StopFn = std::function<bool()>;  // polled before each step (Ctrl-C)
+  using PromptStateFn = std::function<void(size_t index, const SequenceState& state)>;
 
   BatchScheduler(Engine& engine, const BatchOptions& options);
+  ~BatchScheduler();
 
   // Queues a request; returns its index. InvalidArgument for an empty prompt or one that
   // leaves no room in the context.
@@ -79,19 +91,34 @@ class BatchScheduler {
   // sequences live in it are lost, those already reported are not).
   absl::Status Run(const TokenFn& on_token, const DoneFn& on_done, const StopFn& stop = {});
 
+  // For a server, which adds requests between steps: admits waiting requests into free places
+  // and runs one step. False when nothing was live or waiting (no step ran).
+  absl::StatusOr<bool> RunStep(const TokenFn& on_token, const DoneFn& on_done);
+  // Ends a request before the next step as interrupted, reported to the DoneFn then (a waiting
+  // one with no tokens). Unknown or finished indices are ignored.
+  void Cancel(size_t index) { cancelled_.push_back(index); }
+  void set_prompt_state_fn(PromptStateFn fn) { on_prompt_state_ = std::move(fn); }
+
+  size_t waiting() const { return waiting_.size(); }
+  size_t live() const;
   const BatchTotals& totals() const { return totals_; }
 
  private:
   struct Live;
-  absl::Status Step(std::vector<Live>& live, const TokenFn& on_token, const DoneFn& on_done);
-  void Admit(std::vector<Live>& live);
+  absl::Status Step(const TokenFn& on_token, const DoneFn& on_done);
+  void Admit();
+  void EndCancelled(const DoneFn& on_done);
+  void Finish(Live& seq, FinishReason reason, const DoneFn& on_done);
 
   Engine& engine_;
   BatchOptions options_;
+  std::vector<Live> live_;
+  std::vector<size_t> cancelled_;
+  PromptStateFn on_prompt_state_;
   std::deque<std::pair<size_t, BatchRequest>> waiting_;
   size_t added_ = 0;
   BatchTotals totals_;
-  double started_ = 0;  // steady clock seconds when Run began
+  double started_ = -1;  // steady clock seconds of the first step (-1: none yet)
 };
 
 }  // namespace k3

@@ -9,6 +9,7 @@ packages=(
   g++ cmake make pkg-config git
   liburing-dev libtbb-dev libabsl-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev
   libsimdjson-dev libpcre2-dev libhwy-dev
+  libcpp-httplib-dev curl  # k3 serve, and the client its tests use beside the Node SDK
   python3 python3-torch python3-numpy
   fio clang-format
   clang libclang-rt-14-dev  # the fuzz targets: clang and libFuzzer's runtime (make fuzz)
@@ -32,11 +33,15 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The tokenizer oracle (the npm `tiktoken` package, a WebAssembly build of the reference
-# tokenizer) lives inside the build tree, never in the repository.
+# The npm packages the tests run live inside the build tree, never in the repository: the
+# tokenizer oracle (`tiktoken`, a WebAssembly build of the reference tokenizer) and the real
+# client of k3 serve's tests (`openai`, the official OpenAI Node SDK).
 oracle="$build_dir/oracle"
-if [[ ! -f "$oracle/node_modules/tiktoken/package.json" ]]; then
-  echo "setup: installing the npm package tiktoken into $oracle"
-  mkdir -p "$oracle"
-  npm install --silent --no-audit --no-fund --prefix "$oracle" tiktoken@1 >/dev/null
-fi
+for pkg in tiktoken@1 openai@4; do
+  name=${pkg%@*}
+  if [[ ! -f "$oracle/node_modules/$name/package.json" ]]; then
+    echo "setup: installing the npm package $name into $oracle"
+    mkdir -p "$oracle"
+    npm install --silent --no-audit --no-fund --prefix "$oracle" "$pkg" >/dev/null
+  fi
+done

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/synth.h"
@@ -296,6 +297,83 @@ TEST_F(BatchTest, RequestsThatCannotRunAreRefusedWhenAdded) {
   bad_sampler.sampler.greedy = false;
   bad_sampler.sampler.top_p = 2;
   EXPECT_FALSE(scheduler.Add(bad_sampler).ok());
+}
+
+// Prefix reuse (k3 serve): a request that resumes the state kept after an earlier prompt, or at
+// an earlier sequence's end, runs only the tokens after it, with the ids and logits of running
+// everything from scratch.
+TEST_F(BatchTest, AResumedStateGivesTheTokensAndLogitsOfTheWholePrompt) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  BatchRequest first = Requests()[0];
+  first.keep_prompt_state = first.keep_final_state = true;
+  BatchScheduler scheduler(**engine, {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
+  std::optional<SequenceState> after_prompt, at_end;
+  std::vector<int32_t> first_ids;
+  scheduler.set_prompt_state_fn([&](size_t, const SequenceState& s) { after_prompt = s; });
+  ASSERT_TRUE(scheduler.Add(first).ok());
+  ASSERT_TRUE(scheduler
+                  .Run({},
+                       [&](BatchResult& r) {
+                         first_ids = r.ids;
+                         at_end = std::move(r.state);
+                       })
+                  .ok());
+  ASSERT_TRUE(after_prompt && at_end);
+  EXPECT_EQ(after_prompt->tokens(), first.prompt);
+  // The final state holds every token but the last sampled one, which was never decoded.
+  std::vector<int32_t> ran = first.prompt;
+  ran.insert(ran.end(), first_ids.begin(), first_ids.end() - 1);
+  EXPECT_EQ(at_end->tokens(), ran);
+
+  for (const SequenceState* saved : {&*after_prompt, &*at_end}) {
+    BatchRequest whole = Requests()[1];
+    whole.prompt = saved->tokens();
+    for (int32_t id : {first_ids.back(), 21, 22, 23, 24, 25}) whole.prompt.push_back(id);
+    BatchRequest resumed = whole;
+    resumed.resume = *saved;
+    resumed.prompt.erase(resumed.prompt.begin(), resumed.prompt.begin() + saved->position());
+    const Output alone = Alone(**engine, whole, Options().max_context);
+    std::map<size_t, Output> batched = Batched(
+        **engine, {resumed}, {0}, {.batch = 2, .prefill_tokens_per_step = 3, .max_context = 48});
+    ExpectSame({alone}, batched, absl::StrCat("resumed after ", saved->position(), " tokens"));
+  }
+}
+
+TEST_F(BatchTest, ACancelledRequestEndsAtTheNextStepAndTheOthersAreUnchanged) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Output> alone;
+  const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
+  BatchScheduler scheduler(**engine, {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
+  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
+  std::map<size_t, BatchResult> done;
+  std::map<size_t, Output> out;
+  const auto on_token = [&](size_t i, int32_t, std::span<const float> logits) {
+    out[i].logits.emplace_back(logits.begin(), logits.end());
+  };
+  const auto on_done = [&](BatchResult& r) { done[r.index] = r; };
+  // Request 1 is live from the first step (batch 2); request 4 is still waiting then.
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(scheduler.RunStep(on_token, on_done).ok());
+  scheduler.Cancel(1);
+  scheduler.Cancel(4);
+  EXPECT_EQ(scheduler.live(), 2u);
+  for (;;) {
+    auto ran = scheduler.RunStep(on_token, on_done);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    if (!*ran) break;
+  }
+  ASSERT_EQ(done.size(), requests.size());
+  EXPECT_EQ(done[1].finish, FinishReason::kInterrupted);
+  EXPECT_LT(done[1].ids.size(), alone[1].ids.size());
+  EXPECT_EQ(done[4].finish, FinishReason::kInterrupted);
+  EXPECT_TRUE(done[4].ids.empty());
+  for (size_t i : {0, 2, 3, 5, 6}) {
+    out[i].ids = done[i].ids;
+    out[i].finish = done[i].finish;
+    EXPECT_EQ(out[i].ids, alone[i].ids) << i;
+    EXPECT_EQ(out[i].finish, alone[i].finish) << i;
+  }
 }
 
 }  // namespace

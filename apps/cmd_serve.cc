@@ -1,0 +1,200 @@
+// k3 serve: an OpenAI-compatible HTTP server (apps/server/) on the batched engine, so that
+// existing clients, editors and agents can use the model. Concurrent requests share every
+// trunk pass and expert read (pipeline/batch_scheduler.h).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "apps/commands.h"
+#include "apps/engine_flags.h"
+#include "apps/flags.h"
+#include "apps/generate_options.h"
+#include "apps/server/generation_service.h"
+#include "apps/server/http_server.h"
+#include "pipeline/engine.h"
+
+ABSL_DECLARE_FLAG(int32_t, batch);  // apps/generate_batch.cc
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "the address to listen on (loopback by default; 0.0.0.0 for every one).");
+ABSL_FLAG(int32_t, port, 8080, "the TCP port (0: any free one, printed at start).");
+ABSL_FLAG(std::string, api_key, "",
+          "require 'Authorization: Bearer KEY' (default: $K3_API_KEY, else none).");
+ABSL_FLAG(int32_t, max_queue, 16, "requests that may wait for a place in the batch; more get 429.");
+ABSL_FLAG(int32_t, saved_states, -1,
+          "sequence states kept for prefix reuse (-1: up to 4, as the budget holds).");
+ABSL_FLAG(double, max_body_mb, 8, "larger request bodies get 413.");
+ABSL_FLAG(std::string, model_id, "",
+          "the model name /v1/models lists and answers carry (default: the model "
+          "directory's name).");
+
+namespace k3::cli {
+namespace {
+
+constexpr char kName[] = "serve";
+constexpr int kMaxBatch = 64;
+constexpr int kDefaultBatch = 8;
+constexpr int kDefaultSavedStates = 4;
+
+struct Shape {
+  int batch = 1;
+  int saved_states = 0;
+};
+
+// The batch and the saved states: as asked, or what the budget holds beside the model.
+absl::StatusOr<Shape> ChooseShape(const EngineOptions& options) {
+  auto ckpt = Checkpoint::Open(options.model_dir);
+  if (!ckpt.ok()) return ckpt.status();
+  const int holds = SequencesTheBudgetHolds(**ckpt, options, kMaxBatch + kDefaultSavedStates);
+  const int asked_batch = absl::GetFlag(FLAGS_batch);
+  const int asked_saved = absl::GetFlag(FLAGS_saved_states);
+  if (asked_batch < 0) return absl::InvalidArgumentError("--batch must be >= 0");
+  if (asked_saved < -1) return absl::InvalidArgumentError("--saved-states must be >= -1");
+  Shape s;
+  s.batch = asked_batch > 0 ? asked_batch : std::clamp(holds, 1, kDefaultBatch);
+  s.saved_states =
+      asked_saved >= 0 ? asked_saved : std::clamp(holds - s.batch, 0, kDefaultSavedStates);
+  if (s.batch + s.saved_states > holds && (asked_batch > 0 || asked_saved >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch ", s.batch, " and --saved-states ", s.saved_states, ": the budget holds at most ",
+        holds, " sequences beside the model (raise --ram-gb)"));
+  }
+  return s;
+}
+
+absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions& engine,
+                                                             const Shape& shape) {
+  server::ServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  if (o.port < 0 || o.port > 65535)
+    return absl::InvalidArgumentError("--port must be in [0, 65535]");
+  o.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* env = std::getenv("K3_API_KEY"); o.api_key.empty() && env != nullptr)
+    o.api_key = env;
+  const double mb = absl::GetFlag(FLAGS_max_body_mb);
+  if (!(mb > 0 && mb <= 1024))
+    return absl::InvalidArgumentError("--max-body-mb must be in (0, 1024]");
+  o.max_body_bytes = static_cast<size_t>(mb * 1024 * 1024);
+  o.default_max_tokens = absl::GetFlag(FLAGS_n_predict);
+  if (o.default_max_tokens < 0) return absl::InvalidArgumentError("--n-predict must be >= 0");
+  o.model_id = absl::GetFlag(FLAGS_model_id);
+  if (o.model_id.empty()) {
+    o.model_id = std::filesystem::path(engine.model_dir).lexically_normal().filename().string();
+    if (o.model_id.empty())
+      o.model_id = std::filesystem::path(engine.model_dir).parent_path().filename().string();
+  }
+  // One thread follows each request in the batch or the queue, and a few answer the rest.
+  o.threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
+  o.log_requests = !absl::GetFlag(FLAGS_quiet);
+  return o;
+}
+
+int RunServe(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kName, "unexpected argument: " + positional[0]);
+  // Signals go to one thread that stops the server, not to whichever thread they hit: block
+  // them before the engine starts its threads. A client that goes away must not kill us.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto options = EngineOptionsFromFlags();
+  if (!options.ok()) return ReportError(kName, options.status());
+  if (absl::GetFlag(FLAGS_max_queue) < 0) return UsageError(kName, "--max-queue must be >= 0");
+  auto tokenizer = FindTokenizer(options->model_dir, /*required=*/true);
+  if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
+  auto shape = ChooseShape(*options);
+  if (!shape.ok()) return ReportError(kName, shape.status());
+  auto server_options = ServerOptionsFromFlags(*options, *shape);
+  if (!server_options.ok()) return ReportError(kName, server_options.status());
+  options->sequences = shape->batch + shape->saved_states;
+  auto engine = Engine::Open(*options);
+  if (!engine.ok()) return ReportError(kName, engine.status());
+  const bool quiet = absl::GetFlag(FLAGS_quiet);
+  if (!quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+  auto stops = StopIds((*engine)->config(), *tokenizer);
+  if (!stops.ok()) return ReportError(kName, stops.status());
+
+  server::ServiceOptions service_options;
+  service_options.batch = {.batch = shape->batch,
+                           .prefill_tokens_per_step = options->prefill_chunk,
+                           .max_context = options->max_context};
+  service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  service_options.saved_states = shape->saved_states;
+  server::GenerationService service(**engine, service_options);
+  server::HttpServer http(service, **tokenizer, *stops,
+                          static_cast<int>((*engine)->config().vocab_size), *server_options);
+  auto port = http.Bind();
+  if (!port.ok()) return ReportError(kName, port.status());
+  std::fprintf(stderr,
+               "listening on http://%s:%d (model %s; batch %d, queue %d, saved states "
+               "%d, context %lld)%s\n",
+               server_options->host.c_str(), *port, server_options->model_id.c_str(), shape->batch,
+               service_options.max_queue, shape->saved_states,
+               static_cast<long long>(options->max_context),
+               server_options->api_key.empty() ? "" : "; an API key is required");
+  // On a signal: the live and waiting requests end first (a stream gets an error event, a
+  // plain request 503), so that the HTTP threads are free when the server stops.
+  std::atomic<bool> signalled{false};
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (signalled.exchange(true)) return;  // the wake-up below
+    std::fprintf(stderr, "k3 serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    service.Stop();
+    http.Stop();
+  });
+  http.Serve();
+  // The stopper waits for a signal that never comes when Serve ended otherwise.
+  if (!signalled.exchange(true)) pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  service.Stop();
+  std::fprintf(stderr, "k3 serve: stopped\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+const Subcommand& ServeCommand() {
+  static const std::vector<std::string_view> kFlags = [] {
+    std::vector<std::string_view> f = {"host",      "port",         "api-key",     "max-queue",
+                                       "batch",     "saved-states", "max-body-mb", "model-id",
+                                       "n-predict", "tokenizer",    "quiet"};
+    for (std::string_view name : EngineFlagNames()) f.push_back(name);
+    return f;
+  }();
+  static const Subcommand kCommand = {
+      kName,
+      "an OpenAI-compatible HTTP server (chat and completions, streaming) on the batched engine",
+      "serve [--model DIR] [memory flags] [--host 127.0.0.1] [--port 8080] [--api-key KEY] "
+      "[--max-queue N] [--batch B]",
+      "Serves POST /v1/chat/completions (the Kimi chat template; stream true sends server-sent\n"
+      "events ending in 'data: [DONE]'), POST /v1/completions (prompt as text or token ids),\n"
+      "GET /v1/models, GET /health and GET /metrics (Prometheus text). Requests run together\n"
+      "in one batch of --batch sequences (default: what the budget holds, at most 8): they\n"
+      "share every trunk pass and expert read. Up to --max-queue more wait for a place; past\n"
+      "that a request gets 429 with Retry-After. A streaming client that disconnects ends its\n"
+      "sequence at the next step. A chat request whose conversation extends an earlier one\n"
+      "resumes that sequence's saved state (--saved-states, least recently used out) instead\n"
+      "of running the whole prompt again; the tokens are the same either way.\n"
+      "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
+      "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
+      "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"
+      "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise. Ctrl-C or\n"
+      "SIGTERM stops it (exit 0).",
+      kFlags,
+      RunServe};
+  return kCommand;
+}
+
+}  // namespace k3::cli

@@ -1,0 +1,233 @@
+// POST /v1/chat/completions and /v1/completions: the request parsed, its prompt rendered and
+// handed to the GenerationService, and the reply sent whole or as server-sent events.
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "apps/server/http_internal.h"
+#include "apps/server/http_server.h"
+#include "apps/server/reply_text.h"
+#include "core/chat_template.h"
+#include "httplib.h"
+
+namespace k3::server {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// A stream with nothing to say for this long sends an SSE comment: clients ignore it, and a
+// write that fails is how a disconnected client is noticed while its prompt still runs.
+constexpr milliseconds kHeartbeat{500};
+
+std::string NewId(Endpoint endpoint) {
+  static std::atomic<uint64_t> next{0};
+  static const uint64_t salt = std::random_device{}();
+  return absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                      absl::Hex(salt, absl::kZeroPad8), absl::Hex(next++, absl::kZeroPad8));
+}
+
+// The text and tokens that came since the last look.
+struct Piece {
+  std::string content, reasoning;
+  std::vector<int32_t> ids;
+};
+
+// Follows one job: its tokens turned into text, a stop string ending it early.
+class Follower {
+ public:
+  Follower(std::shared_ptr<Job> job, ReplyText text)
+      : job_(std::move(job)), text_(std::move(text)) {}
+
+  // Reads what came within `timeout` into `piece`; true once the reply is over.
+  bool Next(Piece& piece, milliseconds timeout) {
+    last_ = job_->Wait(seen_, timeout);
+    seen_ += last_.ids.size();
+    for (const int32_t id : last_.ids) {
+      if (text_.stopped()) break;
+      piece.ids.push_back(id);
+      ++ids_;
+      ReplyText::Delta d = text_.Add(id);
+      piece.content += d.content;
+      piece.reasoning += d.reasoning;
+    }
+    if (text_.stopped()) {
+      job_->Cancel();  // the rest of the reply is not wanted
+      return true;
+    }
+    if (!last_.done) return false;
+    ReplyText::Delta d = text_.Finish();
+    piece.content += d.content;
+    piece.reasoning += d.reasoning;
+    return true;
+  }
+
+  Job& job() { return *job_; }
+  // An engine error, unless a stop string had ended the reply before it.
+  absl::Status status() const { return text_.stopped() ? absl::OkStatus() : last_.status; }
+  const char* finish_reason() const {
+    return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
+  }
+  json Usage() const {
+    return {{"prompt_tokens", last_.prompt_tokens},
+            {"completion_tokens", ids_},
+            {"total_tokens", last_.prompt_tokens + static_cast<int64_t>(ids_)},
+            {"prompt_tokens_details", {{"cached_tokens", last_.cached_tokens}}}};
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  ReplyText text_;
+  size_t seen_ = 0;
+  size_t ids_ = 0;
+  Job::Progress last_;
+};
+
+// One choice of an answer or of a stream chunk.
+json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
+  json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (endpoint == Endpoint::kCompletion) {
+    c["text"] = piece.content;
+  } else {
+    json message = chunk ? json::object() : json{{"role", "assistant"}};
+    if (!chunk || !piece.content.empty()) message["content"] = piece.content;
+    if (!piece.reasoning.empty()) message["reasoning_content"] = piece.reasoning;
+    c[chunk ? "delta" : "message"] = std::move(message);
+  }
+  if (with_ids) c["token_ids"] = piece.ids;
+  return c;
+}
+
+}  // namespace
+
+std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,
+                                           std::vector<int32_t>& ids) const {
+  if (r.endpoint == Endpoint::kChat) {
+    auto rendered = RenderChat(tok_, r.messages);
+    if (!rendered.ok()) {
+      return ApiError{400, std::string(rendered.status().message()), "invalid_request_error",
+                      "messages", ""};
+    }
+    ids = *std::move(rendered);
+  } else if (r.prompt_text) {
+    ids = tok_.Encode(*r.prompt_text, /*allow_special=*/true);  // as `k3 generate --prompt`
+  } else {
+    ids = r.prompt_ids;
+    for (const int32_t id : ids) {
+      if (id >= vocab_size_) {
+        return ApiError{
+            400,
+            absl::StrCat("token id ", id, " is outside the vocabulary (", vocab_size_, " ids)"),
+            "invalid_request_error", "prompt", ""};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  ParseResult parsed = ParseCompletionRequest(req.body, endpoint);
+  if (parsed.error) return SendError(res, *parsed.error);
+  const CompletionRequest& r = *parsed.request;
+  BatchRequest batch;
+  if (auto error = Prompt(r, batch.prompt)) return SendError(res, *error);
+  batch.max_tokens = r.max_tokens.value_or(options_.default_max_tokens);
+  batch.sampler = r.sampler;
+  if (!r.seeded)
+    batch.sampler.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  batch.stop_ids = stop_ids_;
+  const std::vector<int32_t> prompt_ids =
+      r.return_token_ids ? batch.prompt : std::vector<int32_t>{};
+  absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch));
+  if (!job.ok()) {
+    ApiError error = ErrorFromStatus(job.status());
+    if (error.http_status == 400) error.param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+    if (error.http_status == 429) res.set_header("Retry-After", "1");
+    return SendError(res, error);
+  }
+  auto follower = std::make_shared<Follower>(
+      *job, ReplyText(tok_, endpoint == Endpoint::kChat, stop_ids_, r.stop));
+  json head = {{"id", NewId(endpoint)},
+               {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+               {"created", static_cast<int64_t>(std::time(nullptr))},
+               {"model", options_.model_id}};
+  const bool with_ids = r.return_token_ids;
+
+  if (!r.stream) {
+    Piece all;
+    while (!follower->Next(all, milliseconds(1000))) {
+    }
+    if (absl::Status s = follower->status(); !s.ok()) return SendError(res, ErrorFromStatus(s));
+    json choice = Choice(endpoint, false, all, with_ids);
+    choice["finish_reason"] = follower->finish_reason();
+    if (with_ids) choice["prompt_token_ids"] = prompt_ids;
+    head["choices"] = json::array({std::move(choice)});
+    head["usage"] = follower->Usage();
+    res.set_content(Dump(head), "application/json");
+    return;
+  }
+
+  if (endpoint == Endpoint::kChat) head["object"] = "chat.completion.chunk";
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const bool include_usage = r.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [follower, head, endpoint, with_ids, include_usage, prompt_ids](size_t,
+                                                                      httplib::DataSink& sink) {
+        auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
+        auto send = [&](json choices, const json* usage = nullptr) {
+          json chunk = head;
+          chunk["choices"] = std::move(choices);
+          if (usage) chunk["usage"] = *usage;
+          return write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+        };
+        bool ok = true;
+        bool first = true;  // the first chunk carries the prompt's ids
+        auto send_piece = [&](const Piece& piece) {
+          json choice = Choice(endpoint, true, piece, with_ids);
+          if (first && endpoint == Endpoint::kChat)
+            choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+          if (first && with_ids) choice["prompt_token_ids"] = prompt_ids;
+          first = false;
+          return send(json::array({std::move(choice)}));
+        };
+        if (endpoint == Endpoint::kChat) ok = send_piece({});  // the role, as the API starts
+        for (bool over = false; ok && !over;) {
+          Piece piece;
+          over = follower->Next(piece, kHeartbeat);
+          if (!piece.content.empty() || !piece.reasoning.empty() ||
+              (with_ids && !piece.ids.empty()) || (first && over)) {
+            ok = send_piece(piece);
+          } else if (!over) {
+            ok = write(": keep-alive\n\n");
+          }
+        }
+        if (!ok) {
+          follower->job().Cancel();  // the client has gone
+          return false;
+        }
+        if (absl::Status s = follower->status(); !s.ok()) {
+          write(absl::StrCat("data: ", Dump(ErrorFromStatus(s).ToJson()), "\n\n"));
+        } else {
+          json last = Choice(endpoint, true, {}, false);
+          if (endpoint == Endpoint::kChat) last["delta"] = json::object();
+          last["finish_reason"] = follower->finish_reason();
+          send(json::array({std::move(last)}));
+          if (include_usage) {
+            const json usage = follower->Usage();
+            send(json::array(), &usage);
+          }
+          write("data: [DONE]\n\n");
+        }
+        sink.done();
+        return true;
+      },
+      [follower](bool success) {
+        if (!success) follower->job().Cancel();
+      });
+}
+
+}  // namespace k3::server

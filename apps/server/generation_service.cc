@@ -1,0 +1,187 @@
+#include "apps/server/generation_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace k3::server {
+
+Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return progress_.ids.size() > seen || progress_.done; });
+  Progress out = progress_;
+  out.ids.erase(out.ids.begin(), out.ids.begin() + std::min(seen, out.ids.size()));
+  return out;
+}
+
+void Job::Push(int32_t id) {
+  {
+    std::lock_guard lock(mu_);
+    progress_.ids.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void Job::Finish(FinishReason finish, absl::Status status) {
+  {
+    std::lock_guard lock(mu_);
+    progress_.done = true;
+    progress_.finish = finish;
+    progress_.status = std::move(status);
+  }
+  cv_.notify_all();
+}
+
+GenerationService::GenerationService(Engine& engine, const ServiceOptions& options)
+    : options_(options),
+      scheduler_(engine, options.batch),
+      saved_(static_cast<size_t>(std::max(0, options.saved_states))) {
+  scheduler_.set_prompt_state_fn(
+      [this](size_t, const SequenceState& state) { saved_.Save(state); });
+  thread_ = std::thread([this] { Loop(); });
+}
+
+GenerationService::~GenerationService() { Stop(); }
+
+void GenerationService::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request) {
+  const int64_t context = options_.batch.max_context;
+  if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (static_cast<int64_t>(request.prompt.size()) >= context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", request.prompt.size(),
+                                                   " tokens; this server's context holds ", context,
+                                                   " (--max-context)"));
+  }
+  if (absl::Status s = ValidateSamplerOptions(request.sampler); !s.ok()) return s;
+  auto job = std::make_shared<Job>();
+  job->request_ = std::move(request);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
+    // Counted from submission to the end, so the verdict never depends on whether the engine
+    // thread has admitted the earlier ones yet.
+    if (in_flight_ >= options_.batch.batch + options_.max_queue) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the queue is full: ", in_flight_ - options_.batch.batch,
+                       " requests wait for a place (--max-queue ", options_.max_queue, ")"));
+    }
+    ++in_flight_;
+    inbox_.push_back(job);
+  }
+  wake_.notify_all();
+  return job;
+}
+
+ServiceStats GenerationService::stats() const {
+  std::lock_guard lock(mu_);
+  ServiceStats s = stats_;
+  s.queued += static_cast<int64_t>(inbox_.size());
+  return s;
+}
+
+void GenerationService::Admit(std::vector<std::shared_ptr<Job>>& incoming) {
+  for (std::shared_ptr<Job>& job : incoming) {
+    BatchRequest request = std::move(job->request_);
+    const int64_t total = static_cast<int64_t>(request.prompt.size());
+    int64_t cached = 0;
+    if (saved_.capacity() > 0) {
+      if (std::optional<SequenceState> state = saved_.Longest(request.prompt)) {
+        cached = state->position();
+        request.prompt.erase(request.prompt.begin(), request.prompt.begin() + cached);
+        request.resume = std::move(state);
+      }
+      request.keep_prompt_state = request.keep_final_state = true;
+    }
+    {
+      std::lock_guard lock(job->mu_);
+      job->progress_.prompt_tokens = total;
+      job->progress_.cached_tokens = cached;
+    }
+    absl::StatusOr<size_t> index = scheduler_.Add(std::move(request));
+    if (!index.ok()) {
+      End(*job, FinishReason::kInterrupted, index.status());
+      continue;
+    }
+    jobs_[*index] = std::move(job);
+    std::lock_guard lock(mu_);
+    stats_.prompt_tokens += total;
+    stats_.cached_tokens += cached;
+  }
+  incoming.clear();
+}
+
+void GenerationService::End(Job& job, FinishReason finish, absl::Status status) {
+  {
+    std::lock_guard lock(mu_);
+    --in_flight_;
+    ++(!status.ok()      ? stats_.requests_failed
+       : job.cancelled() ? stats_.requests_cancelled
+                         : stats_.requests_finished);
+  }
+  job.Finish(finish, std::move(status));
+}
+
+void GenerationService::OnDone(BatchResult& result) {
+  auto it = jobs_.find(result.index);
+  if (it == jobs_.end()) return;
+  if (result.state) saved_.Save(std::move(*result.state));
+  End(*it->second, result.finish, absl::OkStatus());
+  jobs_.erase(it);
+}
+
+void GenerationService::Loop() {
+  const auto on_token = [this](size_t index, int32_t id, std::span<const float>) {
+    if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id);
+  };
+  const auto on_done = [this](BatchResult& result) { OnDone(result); };
+  std::vector<std::shared_ptr<Job>> incoming;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !jobs_.empty(); });
+      if (stopping_) break;
+      incoming.swap(inbox_);
+    }
+    Admit(incoming);
+    for (const auto& [index, job] : jobs_) {
+      if (job->cancelled()) scheduler_.Cancel(index);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    absl::StatusOr<bool> ran = scheduler_.RunStep(on_token, on_done);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!ran.ok()) {
+      for (auto& [index, job] : jobs_) {
+        End(*job, FinishReason::kInterrupted, ran.status());
+        scheduler_.Cancel(index);  // those still waiting go too: the engine just failed
+      }
+      jobs_.clear();
+    }
+    std::lock_guard lock(mu_);
+    stats_.totals = scheduler_.totals();
+    stats_.queued = static_cast<int64_t>(scheduler_.waiting());
+    stats_.live = static_cast<int64_t>(scheduler_.live());
+    stats_.saved_states = static_cast<int64_t>(saved_.size());
+    stats_.completion_tokens = scheduler_.totals().sampled_tokens;
+    if (ran.ok() && *ran) stats_.last_step_seconds = seconds;
+  }
+  const absl::Status shutdown = absl::UnavailableError("the server is shutting down");
+  for (auto& [index, job] : jobs_) End(*job, FinishReason::kInterrupted, shutdown);
+  jobs_.clear();
+  std::vector<std::shared_ptr<Job>> left;
+  {
+    std::lock_guard lock(mu_);
+    left.swap(inbox_);
+  }
+  for (auto& job : left) End(*job, FinishReason::kInterrupted, shutdown);
+}
+
+}  // namespace k3::server

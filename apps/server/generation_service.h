@@ -1,0 +1,108 @@
+// The engine side of `k3 serve`: one thread drives the BatchScheduler, so that every request
+// in flight shares each trunk pass and each expert read; HTTP threads hand requests in and read
+// their tokens out through a Job. A request waits in a bounded queue until a place in the
+// batch frees; a full queue is refused at once (HTTP 429). A job cancelled by its client (a
+// stream that disconnected) leaves the batch before the next step and frees its state.
+//
+// With saved states, every request keeps its state after its prompt and at its end, and a new
+// request resumes the longest saved state its tokens extend (apps/server/saved_states.h): the
+// tokens and logits are the same as running the whole prompt, only fewer tokens run.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "apps/server/saved_states.h"
+#include "pipeline/batch_scheduler.h"
+#include "pipeline/engine.h"
+
+namespace k3::server {
+
+// One request's tokens as they come, read by the HTTP thread that owns the request.
+class Job {
+ public:
+  struct Progress {
+    std::vector<int32_t> ids;  // the tokens sampled after the first `seen`
+    bool done = false;
+    FinishReason finish = FinishReason::kLength;
+    absl::Status status;        // a failed step ends every live job with its error
+    int64_t prompt_tokens = 0;  // the whole prompt
+    int64_t cached_tokens = 0;  // of them, resumed from a saved state rather than run
+  };
+
+  // Waits until there are more than `seen` tokens or the job is done, or `timeout` passes.
+  Progress Wait(size_t seen, std::chrono::milliseconds timeout);
+  // Ends the job at the next step (its tokens so far stay; it finishes as interrupted).
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  friend class GenerationService;
+  void Push(int32_t id);
+  void Finish(FinishReason finish, absl::Status status);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Progress progress_;
+  std::atomic<bool> cancelled_{false};
+  BatchRequest request_;  // until the engine thread takes it
+};
+
+struct ServiceOptions {
+  BatchOptions batch;
+  int max_queue = 64;    // requests waiting for a place; more are refused
+  int saved_states = 0;  // states kept for prefix reuse
+};
+
+// Counters for /metrics, read as one consistent copy.
+struct ServiceStats {
+  BatchTotals totals;
+  int64_t queued = 0, live = 0, saved_states = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  double last_step_seconds = 0;
+};
+
+class GenerationService {
+ public:
+  GenerationService(Engine& engine, const ServiceOptions& options);
+  ~GenerationService();  // Stop()
+
+  // ResourceExhausted when max_queue requests wait already, InvalidArgument for one that can
+  // never run (its prompt fills the context, bad sampler settings).
+  absl::StatusOr<std::shared_ptr<Job>> Submit(BatchRequest request);
+  // Ends the live jobs as interrupted and the engine thread; idempotent.
+  void Stop();
+
+  ServiceStats stats() const;
+  const ServiceOptions& options() const { return options_; }
+
+ private:
+  void Loop();
+  void Admit(std::vector<std::shared_ptr<Job>>& incoming);
+  void OnDone(BatchResult& result);
+  void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
+
+  ServiceOptions options_;
+  BatchScheduler scheduler_;                     // engine thread only
+  SavedStates saved_;                            // engine thread only
+  std::map<size_t, std::shared_ptr<Job>> jobs_;  // engine thread only: by scheduler index
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::shared_ptr<Job>> inbox_;
+  int64_t in_flight_ = 0;  // submitted and not yet ended
+  bool stopping_ = false;
+  ServiceStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace k3::server

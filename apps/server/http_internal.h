@@ -1,0 +1,22 @@
+// What the files of the HTTP server share (not for use outside apps/server/).
+#pragma once
+
+#include "absl/status/status.h"
+#include "apps/server/openai_request.h"
+#include "nlohmann/json.hpp"
+
+namespace httplib {
+class Response;
+}
+
+namespace k3::server {
+
+// JSON text for a client: bytes that are not UTF-8 (a reply can end inside a character, and
+// a model can sample any bytes) become U+FFFD instead of failing the answer.
+std::string Dump(const nlohmann::json& j);
+
+void SendError(httplib::Response& res, const ApiError& error);
+// 400 for InvalidArgument, 429 ResourceExhausted, 503 Unavailable, else 500.
+ApiError ErrorFromStatus(const absl::Status& status);
+
+}  // namespace k3::server

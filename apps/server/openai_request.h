@@ -1,0 +1,56 @@
+// The requests of the OpenAI API that `k3 serve` answers (POST /v1/chat/completions and
+// /v1/completions), parsed and checked in full before anything runs, and the error shape of
+// that API. The parser never throws: whatever a client sends ends as a request or an ApiError
+// naming the field (fuzz/openai_request_fuzz.cc holds it to that).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/chat_template.h"
+#include "core/sampler.h"
+#include "nlohmann/json.hpp"
+
+namespace k3::server {
+
+// {"error": {"message", "type", "param", "code"}}, sent with `http_status`.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the field at fault; empty for none (null)
+  std::string code;   // empty for none (null)
+
+  nlohmann::json ToJson() const;
+};
+
+enum class Endpoint { kChat, kCompletion };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<ChatMessage> messages;       // chat
+  std::optional<std::string> prompt_text;  // completions: text ...
+  std::vector<int32_t> prompt_ids;         // ... or token ids
+  std::optional<int32_t> max_tokens;       // absent: the server's default
+  SamplerOptions sampler;                  // temperature 0 means greedy
+  bool seeded = false;                     // the request gave a seed
+  std::vector<std::string> stop;           // up to 4 strings
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // as vLLM: prompt_token_ids and token_ids in the answer
+};
+
+struct ParseResult {
+  std::optional<CompletionRequest> request;
+  std::optional<ApiError> error;
+};
+
+// The body of a POST to `endpoint`. Errors are 400 with `param` set, except what only the
+// server can judge (the model name, the context, the vocabulary).
+ParseResult ParseCompletionRequest(std::string_view body, Endpoint endpoint);
+
+}  // namespace k3::server

@@ -1,0 +1,72 @@
+#!/usr/bin/env node
+// The real client for serve_test: the official OpenAI Node SDK (npm package `openai`, installed
+// into <build dir>/oracle by scripts/setup-deps.sh), talking to a running `k3 serve`.
+//
+//   node serve_client.cjs <oracle dir> <base url> <requests.json> <out.json>
+//
+// requests.json: [{"endpoint": "chat" | "completions", "params": {...}, "api_key": "...",
+//                  "abort_after_chunks": N}, ...], all sent at once. params go to the SDK as
+// they are (stream, stream_options, return_token_ids included). abort_after_chunks stops a
+// stream after N chunks, as a client that goes away. out.json holds one result per request:
+// {"ok": true, "content", "reasoning", "token_ids", "prompt_token_ids", "finish_reason",
+//  "usage", "chunks", "done"} or {"ok": false, "status", "error": {...}, "class"}.
+"use strict";
+const fs = require("fs");
+
+const [oracleDir, baseURL, requestsPath, outPath] = process.argv.slice(2);
+const OpenAI = require(require.resolve("openai", { paths: [oracleDir] })).default;
+
+async function run(req) {
+  const client = new OpenAI({ baseURL, apiKey: req.api_key || "unused", maxRetries: 0 });
+  const api = req.endpoint === "chat" ? client.chat.completions : client.completions;
+  const out = { ok: true, content: "", reasoning: "", token_ids: [], chunks: 0, done: false };
+  try {
+    if (!req.params.stream) {
+      const r = await api.create(req.params);
+      const c = r.choices[0];
+      out.content = req.endpoint === "chat" ? c.message.content : c.text;
+      out.reasoning = (c.message && c.message.reasoning_content) || "";
+      out.token_ids = c.token_ids || [];
+      out.prompt_token_ids = c.prompt_token_ids || [];
+      out.finish_reason = c.finish_reason;
+      out.usage = r.usage;
+      out.object = r.object;
+      out.done = true;
+      return out;
+    }
+    const stream = await api.create(req.params);
+    for await (const chunk of stream) {
+      out.chunks += 1;
+      out.object = chunk.object;
+      if (chunk.usage) out.usage = chunk.usage;
+      for (const c of chunk.choices) {
+        const d = req.endpoint === "chat" ? c.delta : c;
+        out.content += (req.endpoint === "chat" ? d.content : d.text) || "";
+        out.reasoning += (d && d.reasoning_content) || "";
+        if (c.token_ids) out.token_ids.push(...c.token_ids);
+        if (c.prompt_token_ids) out.prompt_token_ids = c.prompt_token_ids;
+        if (c.finish_reason) out.finish_reason = c.finish_reason;
+      }
+      if (req.abort_after_chunks && out.chunks >= req.abort_after_chunks) {
+        stream.controller.abort();
+        out.aborted = true;
+        return out;
+      }
+    }
+    out.done = true;  // the SDK saw data: [DONE]
+    return out;
+  } catch (e) {
+    if (out.aborted) return out;
+    return { ok: false, status: e.status, error: e.error, class: e.constructor.name,
+             message: String(e.message) };
+  }
+}
+
+(async () => {
+  const requests = JSON.parse(fs.readFileSync(requestsPath, "utf8"));
+  const results = await Promise.all(requests.map(run));
+  fs.writeFileSync(outPath, JSON.stringify(results));
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

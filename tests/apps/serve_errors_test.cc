@@ -1,0 +1,158 @@
+// k3 serve's bad-request catalogue (docs/RELIABILITY.md, "Server requests"): every row sent
+// with curl, answered with the status and the OpenAI error shape it names, and none of them
+// changes the answer of a good request sent after them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/apps/serve_harness.h"
+
+namespace k3 {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::json;
+using testing::RunK3;
+using testing::ServeProcess;
+
+struct BadRequest {
+  const char* name;
+  const char* path;
+  std::string body;
+  int status;
+  const char* type;
+  const char* param;  // "" for null
+  const char* code;   // "" for null
+  const char* says;   // a part of the message
+};
+
+void PrintTo(const BadRequest& row, std::ostream* os) { *os << row.name; }
+
+std::string LongPrompt(int ids) {
+  std::string s = R"({"prompt": [)";
+  for (int i = 0; i < ids; ++i) s += (i ? ",5" : "5");
+  return s + "]}";
+}
+
+const BadRequest kCatalogue[] = {
+    {"malformed_json", "/v1/completions", R"({"prompt": )", 400, "invalid_request_error", "", "",
+     "not valid JSON"},
+    {"body_not_an_object", "/v1/completions", "[1, 2]", 400, "invalid_request_error", "", "",
+     "JSON object"},
+    {"wrong_type", "/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400,
+     "invalid_request_error", "max_tokens", "", "integer"},
+    {"out_of_range", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "temperature": 5})", 400,
+     "invalid_request_error", "temperature", "", "[0, 2]"},
+    {"unknown_field", "/v1/completions", R"({"prompt": "x", "bogus": 1})", 400,
+     "invalid_request_error", "bogus", "", "Unrecognized request argument"},
+    {"unsupported_n", "/v1/completions", R"({"prompt": "x", "n": 2})", 400, "invalid_request_error",
+     "n", "unsupported_parameter", "only 1"},
+    {"unsupported_tools", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400,
+     "invalid_request_error", "tools", "unsupported_parameter", "not supported"},
+    {"missing_messages", "/v1/chat/completions", R"({"model": "m"})", 400, "invalid_request_error",
+     "messages", "", "required"},
+    {"unknown_role", "/v1/chat/completions",
+     R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "invalid_request_error",
+     "messages[0].role", "", "wizard"},
+    {"image_content", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+     400, "invalid_request_error", "messages[0].content[0]", "unsupported_parameter", "image_url"},
+    {"id_outside_vocabulary", "/v1/completions", R"({"prompt": [1, 99999999]})", 400,
+     "invalid_request_error", "prompt", "", "outside the vocabulary"},
+    {"prompt_beyond_context", "/v1/completions", LongPrompt(200), 400, "invalid_request_error",
+     "prompt", "", "--max-context"},
+    {"too_many_stops", "/v1/completions", R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})",
+     400, "invalid_request_error", "stop", "", "up to 4"},
+    {"stream_not_a_bool", "/v1/completions", R"({"prompt": "x", "stream": "yes"})", 400,
+     "invalid_request_error", "stream", "", "true or false"},
+    {"empty_prompt", "/v1/completions", R"({"prompt": ""})", 400, "invalid_request_error", "prompt",
+     "", "empty"},
+    {"body_too_large", "/v1/completions", R"({"prompt": ")" + std::string(20000, 'a') + R"("})",
+     413, "invalid_request_error", "", "request_too_large", "larger than"},
+    {"unknown_url", "/v1/embeddings", R"({"input": "x"})", 404, "invalid_request_error", "",
+     "unknown_url", "/v1/embeddings"},
+};
+
+class ServeErrorsTest : public ::testing::TestWithParam<BadRequest> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir;
+    ASSERT_EQ(testing::SynthServeModel(*dir_ / "m"), 0);
+    server_ = new ServeProcess(
+        {"-m", *dir_ / "m", "--max-context", "64", "--max-body-mb", "0.01", "--quiet"});
+  }
+  static void TearDownTestSuite() {
+    // Nothing sent above changed a good request's answer, and the server stops cleanly.
+    const testing::HttpResult good = testing::PostJson(
+        *server_, "/v1/completions",
+        R"({"prompt": [5, 6, 7], "max_tokens": 6, "temperature": 0, "return_token_ids": true})");
+    EXPECT_EQ(good.status, 200) << good.body;
+    if (good.status == 200) {
+      EXPECT_EQ(json::parse(good.body)["choices"][0]["token_ids"],
+                testing::GenerateAlone(*dir_ / "m", json::array({5, 6, 7}), 6, {"--greedy"}));
+    }
+    EXPECT_EQ(server_->Stop(), 0) << server_->log();
+    delete server_;
+    delete dir_;
+  }
+  static testing::TempDir* dir_;
+  static ServeProcess* server_;
+};
+
+testing::TempDir* ServeErrorsTest::dir_ = nullptr;
+ServeProcess* ServeErrorsTest::server_ = nullptr;
+
+TEST_P(ServeErrorsTest, AnsweredWithTheStatusAndTheApiErrorShape) {
+  const BadRequest& row = GetParam();
+  const testing::HttpResult r = testing::PostJson(*server_, row.path, row.body);
+  EXPECT_EQ(r.status, row.status) << r.body;
+  const json body = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(body.is_object() && body.contains("error")) << r.body;
+  const json& e = body["error"];
+  EXPECT_EQ(e["type"], row.type);
+  EXPECT_EQ(e["param"], *row.param ? json(row.param) : json(nullptr)) << r.body;
+  EXPECT_EQ(e["code"], *row.code ? json(row.code) : json(nullptr)) << r.body;
+  EXPECT_THAT(e["message"].get<std::string>(), HasSubstr(row.says));
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, ServeErrorsTest, ::testing::ValuesIn(kCatalogue),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ServeAuthTest, WithAnApiKeyMissingOrWrongKeysGet401AndHealthStaysOpen) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::SynthServeModel(dir / "m"), 0);
+  ServeProcess server({"-m", dir / "m", "--api-key", "sesame", "--quiet"});
+  const std::string body = R"({"prompt": "x", "max_tokens": 1})";
+  for (const auto& [header, status] :
+       std::vector<std::pair<std::string, int>>{{"", 401},
+                                                {"Authorization: Bearer wrong", 401},
+                                                {"Authorization: Bearer sesame", 200}}) {
+    std::vector<std::string> extra;
+    if (!header.empty()) extra = {"-H", header};
+    const testing::HttpResult r = testing::PostJson(server, "/v1/completions", body, extra);
+    EXPECT_EQ(r.status, status) << header << ": " << r.body;
+    if (status == 401) {
+      EXPECT_EQ(json::parse(r.body)["error"]["code"], "invalid_api_key");
+    }
+  }
+  EXPECT_EQ(testing::Curl(server.url("/v1/models")).status, 401);
+  EXPECT_EQ(testing::Curl(server.url("/health")).status, 200);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+TEST(ServeStartTest, APortInUseIsRefusedNamingTheAddress) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::SynthServeModel(dir / "m"), 0);
+  ServeProcess first({"-m", dir / "m", "--quiet"});
+  const testing::K3Result second =
+      RunK3({"serve", "-m", dir / "m", "--quiet", "--port", std::to_string(first.port())});
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("127.0.0.1:" + std::to_string(first.port())));
+  const testing::K3Result bad_port = RunK3({"serve", "-m", dir / "m", "--port", "70000"});
+  EXPECT_EQ(bad_port.exit_code, 2) << bad_port.err;
+  EXPECT_THAT(bad_port.err, HasSubstr("--port"));
+}
+
+}  // namespace
+}  // namespace k3
