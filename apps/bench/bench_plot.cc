@@ -1,4 +1,4 @@
-#include "apps/bench_plot.h"
+#include "apps/bench/bench_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,195 @@
+// The decode benchmark's runner: one cold engine per run, over every combination.
+#include "apps/bench/decode_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "apps/cli.h"
+#include "apps/engine_flags.h"
+#include "apps/flags.h"
+#include "apps/run_report.h"
+
+ABSL_DECLARE_FLAG(int32_t, tokens);
+ABSL_DECLARE_FLAG(std::string, plot);
+
+namespace k3::cli::bench {
+namespace {
+
+absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
+  DecodeSettings s;
+  auto raw = ReadRawSettings();
+  if (!raw.ok()) return raw.status();
+  s.raw = *std::move(raw);
+  s.raw.fio = false;  // the I/O floor needs k3's own bandwidth; fio is --raw's cross-check
+  auto distances = ParseIntList("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 64);
+  if (!distances.ok()) return distances.status();
+  s.distances = distances->empty() ? std::vector<int>{0, 2} : *distances;
+  s.tokens = absl::GetFlag(FLAGS_tokens);
+  if (s.tokens < 2) return absl::InvalidArgumentError("--tokens must be at least 2");
+  s.seed = absl::GetFlag(FLAGS_seed);
+  s.plot = absl::GetFlag(FLAGS_plot);
+  auto base = BaseEngineOptionsFromFlags();
+  if (!base.ok()) return base.status();
+  s.base = *std::move(base);
+  s.base.show_progress = false;  // a trunk-load bar per run would bury the benchmark's progress
+  if (s.base.max_context < kPromptTokens + s.tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-context must be at least ",
+                                                   kPromptTokens + s.tokens, " (the ",
+                                                   kPromptTokens, "-token prompt and --tokens)"));
+  }
+  return s;
+}
+
+std::vector<int32_t> PromptIds(uint64_t seed, int64_t vocab_size) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab_size - 1));
+  std::vector<int32_t> ids(kPromptTokens);
+  for (int32_t& id : ids) id = pick(rng);
+  return ids;
+}
+
+int32_t Greedy(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// One cold run. Cancelled when Ctrl-C stops it.
+absl::StatusOr<DecodeRun> RunOnce(const EngineOptions& options, const std::vector<int32_t>& prompt,
+                                  int tokens, DecodeRow* row) {
+  auto engine = Engine::Open(options);
+  if (!engine.ok()) return engine.status();
+  if (row->engine_settings.is_null()) {
+    row->engine_settings = (*engine)->Settings();
+    row->memory_plan = (*engine)->plan().Describe();
+  }
+  SequenceState state = (*engine)->NewState();
+  std::vector<float> logits;
+  StepMetrics prefill;
+  if (absl::Status st = (*engine)->Prefill(prompt, state, logits, &prefill); !st.ok()) return st;
+  DecodeRun run;
+  run.prefill_seconds = prefill.seconds;
+  std::vector<double> steps;
+  for (int i = 0; i < tokens; ++i) {
+    if (Interrupted()) return absl::CancelledError("interrupted");
+    StepMetrics step;
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status st = (*engine)->Decode(Greedy(logits), state, logits, &step); !st.ok()) {
+      return st;
+    }
+    // The engine's own step time when it reports one, else the wall time around the call.
+    if (step.seconds <= 0) {
+      step.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (step.tokens == 0) step.tokens = 1;
+    steps.push_back(step.seconds);
+    run.decode.Add(step);
+  }
+  run.seconds_per_token = Median(steps);
+  return run;
+}
+
+double RawGbps(const std::vector<Row>& raw_rows, const std::string& volume,
+               const std::string& profile, int depth) {
+  for (const Row& r : raw_rows) {
+    if (r.volume == volume && r.profile == profile && r.queue_depth == depth) return Median(r.gbps);
+  }
+  return 0;
+}
+
+// Counts combinations for the progress lines.
+struct Progress {
+  int done = 0;
+  int total = 0;
+  bool quiet = false;
+};
+
+// Every run of one combination; stops early (rows so far kept) on Ctrl-C.
+absl::Status RunCombination(const DecodeSettings& s, const EngineOptions& options,
+                            const std::vector<int32_t>& prompt, Progress& progress,
+                            DecodeRow* row) {
+  ++progress.done;
+  for (int rep = 0; rep < s.raw.repeat; ++rep) {
+    auto run = RunOnce(options, prompt, s.tokens, row);
+    if (!run.ok()) return run.status();
+    row->runs.push_back(*run);
+    if (progress.quiet) continue;
+    std::fprintf(
+        stderr, "k3 bench: [%d/%d] %s %s qd %d distance %d run %d/%d: %s s/token, %s GB/token\n",
+        progress.done, progress.total, row->volume.c_str(), row->profile.c_str(), row->queue_depth,
+        row->prefetch_distance, rep + 1, s.raw.repeat, Sig3(run->seconds_per_token).c_str(),
+        Sig3(Ratio(static_cast<double>(BytesRead(run->decode)) / 1e9,
+                   static_cast<double>(run->decode.tokens)))
+            .c_str());
+  }
+  return absl::OkStatus();
+}
+
+// The raw cells of one volume, then its engine runs over profile x depth x distance.
+absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<int32_t>& prompt,
+                       std::mt19937_64& rng, Progress& progress, std::vector<Row>* raw_rows,
+                       std::vector<DecodeRow>* rows, EngineSetup* setup) {
+  if (absl::Status st = MeasureVolume(s.raw, v, rng, raw_rows, setup); !st.ok()) return st;
+  for (const io::StorageProfile& profile : s.raw.profiles) {
+    for (int depth : s.raw.depths) {
+      for (int distance : s.distances) {
+        DecodeRow row{.volume = v.dir,
+                      .profile = profile.name,
+                      .queue_depth = depth,
+                      .prefetch_distance = distance,
+                      .raw_gbps = RawGbps(*raw_rows, v.dir, profile.name, depth)};
+        EngineOptions o = s.base;
+        o.model_dir = v.dir;
+        o.storage_profile = profile.name;
+        o.queue_depth = depth;
+        o.prefetch_distance = distance;
+        absl::Status st = RunCombination(s, o, prompt, progress, &row);
+        if (!row.runs.empty()) rows->push_back(std::move(row));
+        if (!st.ok()) return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunDecode(const std::vector<std::string>& dirs) {
+  auto settings = ReadDecodeSettings();
+  if (!settings.ok()) return UsageError(kName, std::string(settings.status().message()));
+  std::vector<Volume> volumes;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& dir : dirs) {
+    auto v = LoadVolume(dir);
+    if (!v.ok()) return ReportError(kName, v.status());
+    prompts.push_back(PromptIds(settings->seed, v->checkpoint->config().vocab_size));
+    volumes.push_back(*std::move(v));
+  }
+  InstallInterruptHandler();
+  std::mt19937_64 rng(std::random_device{}());
+  Progress progress{
+      .total = static_cast<int>(dirs.size() * settings->raw.profiles.size() *
+                                settings->raw.depths.size() * settings->distances.size()),
+      .quiet = settings->raw.quiet};
+  std::vector<Row> raw_rows;
+  std::vector<DecodeRow> rows;
+  EngineSetup setup;
+  absl::Status status;
+  for (size_t i = 0; i < volumes.size() && status.ok(); ++i) {
+    status = RunVolume(*settings, volumes[i], prompts[i], rng, progress, &raw_rows, &rows, &setup);
+  }
+  if (!status.ok() && !Interrupted()) return ReportError(kName, status);
+  std::printf("k3 bench: %s\n\n", Caption(*settings).c_str());
+  PrintDecodeTable(rows, settings->raw.repeat);
+  std::fflush(stdout);
+  if (absl::Status st = WriteDecodeOutputs(rows, raw_rows, volumes, prompts, *settings, setup);
+      !st.ok()) {
+    return ReportError(kName, st);
+  }
+  return Interrupted() ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace k3::cli::bench

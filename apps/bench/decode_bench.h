@@ -1,0 +1,83 @@
+// The decode benchmark of k3 bench: the engine over every combination of volume (model
+// directory x storage profile), queue depth and prefetch distance, each run cold, set against
+// the I/O floor (docs/BENCHMARKS.md). The runner (decode_bench.cc) and the table, JSON, CSV and
+// plot of its rows (decode_report.cc).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/bench/raw_bench.h"
+#include "pipeline/engine.h"
+
+namespace k3::cli::bench {
+
+// The decode benchmark: the engine over every combination, each run cold.
+
+// Prompt tokens of every run: fixed for a seed so that runs and volumes compare like for like.
+inline constexpr int kPromptTokens = 16;
+
+struct DecodeSettings {
+  RawSettings raw;  // the raw bandwidth of each volume x profile x depth
+  std::vector<int> distances;
+  int tokens = 24;
+  uint64_t seed = 0;
+  EngineOptions base;  // every engine setting but model, profile, depth and distance
+  std::string plot;
+};
+
+// One cold run: a fresh engine, the prompt prefilled, `tokens` greedy decode steps.
+struct DecodeRun {
+  double seconds_per_token = 0;  // the median decode step
+  double prefill_seconds = 0;
+  StepMetrics decode;  // summed over the decode steps
+};
+
+struct DecodeRow {
+  std::string volume = "";
+  std::string profile = "";
+  int queue_depth = 0;
+  int prefetch_distance = 0;
+  double raw_gbps = 0;  // median of the raw cell of this volume, profile and depth
+  std::vector<DecodeRun> runs = {};
+  nlohmann::json engine_settings = {};
+  std::string memory_plan = "";
+};
+
+// The medians over a row's runs of each figure (NaN where the engine reported nothing to
+// compute it from, shown as "-").
+struct Figures {
+  double seconds_per_token = NAN;
+  double tokens_per_second = NAN;
+  double gb_per_token = NAN;
+  double io_floor_seconds = NAN;  // gb_per_token at the raw bandwidth
+  double ratio_to_floor = NAN;
+  double stall_fraction = NAN;
+  double disk_busy_fraction = NAN;
+  double hit_rate = NAN;
+  double precision = NAN;
+  double recall = NAN;
+  double prefill_seconds = NAN;
+  double demand_gb = NAN, prefetch_used_gb = NAN, prefetch_wasted_gb = NAN, trunk_gb = NAN;
+};
+
+uint64_t BytesRead(const StepMetrics& m);
+double Ratio(double num, double den);  // NaN when den <= 0
+Figures Summarize(const DecodeRow& row);
+// Three significant digits without an exponent (0.00412, 41.2, 4120), "-" for NaN.
+std::string Sig3(double v);
+std::string Caption(const DecodeSettings& s);
+void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat);
+// --out-json, --out-csv and --plot, as asked.
+absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
+                                const std::vector<Row>& raw_rows,
+                                const std::vector<Volume>& volumes,
+                                const std::vector<std::vector<int32_t>>& prompts,
+                                const DecodeSettings& s, const EngineSetup& setup);
+
+// The decode benchmark over `dirs`; the exit code.
+int RunDecode(const std::vector<std::string>& dirs);
+
+}  // namespace k3::cli::bench

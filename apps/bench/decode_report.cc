@@ -1,0 +1,256 @@
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "apps/bench/bench_plot.h"
+#include "apps/bench/decode_bench.h"
+#include "apps/flags.h"
+#include "io/file.h"
+
+namespace k3::cli::bench {
+
+uint64_t BytesRead(const StepMetrics& m) {
+  return m.expert_demand_bytes + m.expert_prefetch_used_bytes + m.expert_prefetch_wasted_bytes +
+         m.trunk_bytes;
+}
+
+double Ratio(double num, double den) { return den > 0 ? num / den : NAN; }
+
+namespace {
+
+// One run's figures (seconds_per_token to trunk_gb); those of a row are their medians.
+Figures RunFigures(const DecodeRun& r) {
+  const StepMetrics& m = r.decode;
+  const double tokens = static_cast<double>(m.tokens);
+  const auto per_token_gb = [&](uint64_t bytes) {
+    return Ratio(static_cast<double>(bytes) / 1e9, tokens);
+  };
+  Figures f;
+  f.seconds_per_token = r.seconds_per_token;
+  f.gb_per_token = per_token_gb(BytesRead(m));
+  f.stall_fraction = Ratio(m.io_wait_seconds, m.seconds);
+  f.disk_busy_fraction = Ratio(m.disk_busy_seconds, m.seconds);
+  f.hit_rate = Ratio(static_cast<double>(m.cache_hits), static_cast<double>(m.cache_requests));
+  f.precision =
+      Ratio(static_cast<double>(m.prefetch_correct), static_cast<double>(m.prefetch_predicted));
+  f.recall = Ratio(static_cast<double>(m.prefetch_correct), static_cast<double>(m.routed_experts));
+  f.prefill_seconds = r.prefill_seconds;
+  f.demand_gb = per_token_gb(m.expert_demand_bytes);
+  f.prefetch_used_gb = per_token_gb(m.expert_prefetch_used_bytes);
+  f.prefetch_wasted_gb = per_token_gb(m.expert_prefetch_wasted_bytes);
+  f.trunk_gb = per_token_gb(m.trunk_bytes);
+  return f;
+}
+
+// Median of one figure over the runs, ignoring NaN (NaN when every run gives NaN).
+double MedianOf(const std::vector<Figures>& runs, double Figures::*field) {
+  std::vector<double> v;
+  for (const Figures& f : runs) {
+    if (std::isfinite(f.*field)) v.push_back(f.*field);
+  }
+  return v.empty() ? NAN : Median(v);
+}
+
+std::string Fraction(double v) { return std::isfinite(v) ? absl::StrFormat("%.2f", v) : "-"; }
+
+void PrintRule(const std::string& header) {
+  std::string rule;
+  for (char ch : header) rule += ch == '|' ? '|' : '-';
+  std::printf("%s\n", rule.c_str());
+}
+
+// JSON has no NaN: a figure the engine gave nothing to compute from is null.
+nlohmann::json Figure(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+nlohmann::json DecodeRowJson(const DecodeRow& r) {
+  const Figures f = Summarize(r);
+  nlohmann::json j = {{"volume", r.volume},
+                      {"profile", r.profile},
+                      {"queue_depth", r.queue_depth},
+                      {"prefetch_distance", r.prefetch_distance},
+                      {"seconds_per_token", Figure(f.seconds_per_token)},
+                      {"tokens_per_second", Figure(f.tokens_per_second)},
+                      {"gb_per_token", Figure(f.gb_per_token)},
+                      {"gb_per_token_by_kind",
+                       {{"expert_demand", Figure(f.demand_gb)},
+                        {"expert_prefetch_used", Figure(f.prefetch_used_gb)},
+                        {"expert_prefetch_wasted", Figure(f.prefetch_wasted_gb)},
+                        {"trunk", Figure(f.trunk_gb)}}},
+                      {"raw_gbps", r.raw_gbps},
+                      {"io_floor_seconds_per_token", Figure(f.io_floor_seconds)},
+                      {"ratio_to_io_floor", Figure(f.ratio_to_floor)},
+                      {"stall_fraction", Figure(f.stall_fraction)},
+                      {"disk_busy_fraction", Figure(f.disk_busy_fraction)},
+                      {"hit_rate", Figure(f.hit_rate)},
+                      {"prefetch_precision", Figure(f.precision)},
+                      {"prefetch_recall", Figure(f.recall)},
+                      {"prefill_seconds", Figure(f.prefill_seconds)},
+                      {"engine_settings", r.engine_settings},
+                      {"memory_plan", r.memory_plan}};
+  j["runs"] = nlohmann::json::array();
+  for (const DecodeRun& run : r.runs) {
+    j["runs"].push_back({{"seconds_per_token", run.seconds_per_token},
+                         {"prefill_seconds", run.prefill_seconds},
+                         {"decode", run.decode.ToJson()}});
+  }
+  return j;
+}
+
+nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
+                                  const std::vector<std::vector<int32_t>>& prompts) {
+  nlohmann::json profiles = nlohmann::json::array();
+  for (const io::StorageProfile& p : s.raw.profiles) {
+    profiles.push_back({{"name", p.name}, {"settings", p.Describe()}});
+  }
+  return {{"tokens", s.tokens},
+          {"repeat", s.raw.repeat},
+          {"seed", s.seed},
+          {"prompt_ids", prompts},  // one list per volume
+          {"storage_profiles", profiles},
+          {"queue_depths", s.raw.depths},
+          {"prefetch_distances", s.distances},
+          {"raw_reads", s.raw.reads},
+          {"ram_gb", s.base.memory.ram_gb},
+          {"preset", s.base.memory.preset},
+          {"trunk_gb", s.base.memory.trunk_gb},
+          {"cache_gb", s.base.memory.cache_gb},
+          {"threads", s.base.threads},
+          {"overlap", s.base.overlap},
+          {"cache_policy", s.base.cache_policy},
+          {"prefill_chunk", s.base.prefill_chunk},
+          {"max_context", s.base.max_context}};
+}
+
+std::string CsvQuote(const std::string& s) {
+  return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
+}
+
+std::string CsvNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : ""; }
+
+std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& s) {
+  std::string csv =
+      "volume,profile,queue_depth,prefetch_distance,tokens,repeat,seconds_per_token,"
+      "tokens_per_second,gb_per_token,raw_gbps,io_floor_seconds_per_token,ratio_to_io_floor,"
+      "stall_fraction,disk_busy_fraction,hit_rate,prefetch_precision,prefetch_recall,"
+      "prefill_seconds,expert_demand_gb_per_token,expert_prefetch_used_gb_per_token,"
+      "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap\n";
+  for (const DecodeRow& r : rows) {
+    const Figures f = Summarize(r);
+    std::vector<std::string> cells = {
+        CsvQuote(r.volume),          CsvQuote(r.profile),
+        absl::StrCat(r.queue_depth), absl::StrCat(r.prefetch_distance),
+        absl::StrCat(s.tokens),      absl::StrCat(r.runs.size())};
+    for (double v : {f.seconds_per_token, f.tokens_per_second, f.gb_per_token, r.raw_gbps,
+                     f.io_floor_seconds, f.ratio_to_floor, f.stall_fraction, f.disk_busy_fraction,
+                     f.hit_rate, f.precision, f.recall, f.prefill_seconds, f.demand_gb,
+                     f.prefetch_used_gb, f.prefetch_wasted_gb, f.trunk_gb, s.base.memory.ram_gb}) {
+      cells.push_back(CsvNumber(v));
+    }
+    cells.push_back(CsvQuote(s.base.memory.preset));
+    cells.push_back(s.base.overlap ? "true" : "false");
+    absl::StrAppend(&csv, absl::StrJoin(cells, ","), "\n");
+  }
+  return csv;
+}
+
+// Panels in the order of the table (volume, then profile); a series per prefetch distance.
+std::vector<PlotPanel> PlotPanels(const std::vector<DecodeRow>& rows) {
+  std::vector<PlotPanel> panels;
+  std::string last_volume, last_profile;
+  for (const DecodeRow& r : rows) {
+    if (panels.empty() || r.volume != last_volume || r.profile != last_profile) {
+      panels.push_back({absl::StrCat(r.volume, " \xC2\xB7 ", r.profile), {}});
+      last_volume = r.volume;
+      last_profile = r.profile;
+    }
+    std::vector<PlotSeries>& series = panels.back().series;
+    auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) {
+      return s.prefetch_distance == r.prefetch_distance;
+    });
+    if (it == series.end()) it = series.insert(series.end(), {r.prefetch_distance, {}});
+    it->points.push_back({r.queue_depth, Summarize(r).seconds_per_token});
+  }
+  return panels;
+}
+
+}  // namespace
+
+Figures Summarize(const DecodeRow& row) {
+  std::vector<Figures> runs;
+  for (const DecodeRun& r : row.runs) runs.push_back(RunFigures(r));
+  Figures f;
+  for (double Figures::*field :
+       {&Figures::seconds_per_token, &Figures::gb_per_token, &Figures::stall_fraction,
+        &Figures::disk_busy_fraction, &Figures::hit_rate, &Figures::precision, &Figures::recall,
+        &Figures::prefill_seconds, &Figures::demand_gb, &Figures::prefetch_used_gb,
+        &Figures::prefetch_wasted_gb, &Figures::trunk_gb}) {
+    f.*field = MedianOf(runs, field);
+  }
+  // From the medians, so that the table's columns reproduce each other.
+  f.tokens_per_second = Ratio(1, f.seconds_per_token);
+  f.io_floor_seconds = row.raw_gbps > 0 ? Ratio(f.gb_per_token, row.raw_gbps) : NAN;
+  f.ratio_to_floor = Ratio(f.seconds_per_token, f.io_floor_seconds);
+  return f;
+}
+
+std::string Sig3(double v) {
+  if (!std::isfinite(v)) return "-";
+  if (v == 0) return "0";
+  const int decimals = std::clamp(2 - static_cast<int>(std::floor(std::log10(std::fabs(v)))), 0, 6);
+  return absl::StrFormat("%.*f", decimals, v);
+}
+
+void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat) {
+  const std::string header = absl::StrCat(
+      "| volume | profile | queue depth | prefetch distance | s/token (median of ", repeat,
+      ") | tokens/s | GB/token | raw GB/s | x I/O floor | stall | hit rate | prefetch precision "
+      "| prefetch recall |");
+  std::printf("%s\n", header.c_str());
+  PrintRule(header);
+  for (const DecodeRow& r : rows) {
+    const Figures f = Summarize(r);
+    std::printf("%s\n", absl::StrCat("| ", r.volume, " | ", r.profile, " | ", r.queue_depth, " | ",
+                                     r.prefetch_distance, " | ", Sig3(f.seconds_per_token), " | ",
+                                     Sig3(f.tokens_per_second), " | ", Sig3(f.gb_per_token), " | ",
+                                     Sig3(r.raw_gbps), " | ", Fraction(f.ratio_to_floor), " | ",
+                                     Fraction(f.stall_fraction), " | ", Fraction(f.hit_rate), " | ",
+                                     Fraction(f.precision), " | ", Fraction(f.recall), " |")
+                            .c_str());
+  }
+}
+
+std::string Caption(const DecodeSettings& s) {
+  return absl::StrFormat(
+      "%d greedy decode tokens after a %d-token prompt per run; each run cold (a fresh engine); "
+      "medians of %d runs",
+      s.tokens, kPromptTokens, s.raw.repeat);
+}
+
+absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
+                                const std::vector<Row>& raw_rows,
+                                const std::vector<Volume>& volumes,
+                                const std::vector<std::vector<int32_t>>& prompts,
+                                const DecodeSettings& s, const EngineSetup& setup) {
+  if (const std::string path = absl::GetFlag(FLAGS_out_json); !path.empty()) {
+    nlohmann::json json = SetupJson("decode", volumes, setup);
+    json["settings"] = DecodeSettingsJson(s, prompts);
+    json["raw"] = nlohmann::json::array();
+    for (const Row& r : raw_rows) json["raw"].push_back(RawRowJson(r));
+    json["results"] = nlohmann::json::array();
+    for (const DecodeRow& r : rows) json["results"].push_back(DecodeRowJson(r));
+    if (absl::Status st = io::WriteFileAtomically(path, json.dump(2) + "\n"); !st.ok()) return st;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_out_csv); !path.empty()) {
+    if (absl::Status st = io::WriteFileAtomically(path, DecodeCsv(rows, s)); !st.ok()) return st;
+  }
+  if (!s.plot.empty()) {
+    return io::WriteFileAtomically(s.plot, RenderBenchPlot(PlotPanels(rows), Caption(s)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace k3::cli::bench

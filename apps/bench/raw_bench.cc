@@ -1,0 +1,442 @@
+#include "apps/bench/raw_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "apps/cli.h"
+#include "apps/engine_flags.h"
+#include "apps/flags.h"
+#include "io/aligned_buffer.h"
+#include "io/file.h"
+#include "io/read_engine.h"
+
+ABSL_DECLARE_FLAG(int32_t, reads);
+ABSL_DECLARE_FLAG(int32_t, chunk_kib);
+ABSL_DECLARE_FLAG(bool, huge_pages);
+ABSL_DECLARE_FLAG(bool, fio);
+
+namespace k3::cli::bench {
+namespace {
+
+struct Measurement {
+  double seconds = 0;
+  uint64_t bytes = 0;
+  int experts = 0;
+};
+
+// Reads `order` (whole experts) keeping `depth` experts in flight, one buffer slot each.
+class RawRun {
+ public:
+  RawRun(io::ReadEngine& engine, const std::vector<io::FileId>& shard_ids,
+         const io::BufferArena& arena, uint64_t slot_bytes)
+      : engine_(engine), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
+
+  absl::StatusOr<Measurement> Run(const std::vector<const ExpertLocation*>& order, int depth) {
+    order_ = &order;
+    next_ = 0;
+    pending_.assign(depth, 0);
+    Measurement m;
+    const auto start = std::chrono::steady_clock::now();
+    for (int slot = 0; slot < depth && next_ < order.size(); ++slot) {
+      if (absl::Status s = SubmitNext(slot); !s.ok()) return s;
+    }
+    while (m.experts < static_cast<int>(order.size())) {
+      std::optional<io::ReadResult> r = engine_.WaitAny();
+      if (!r) continue;
+      if (!r->status.ok()) return r->status;
+      const int slot = static_cast<int>(r->user_data);
+      if (--pending_[slot] > 0) continue;
+      ++m.experts;
+      m.bytes += slot_expert_bytes_[slot];
+      if (next_ < order.size()) {
+        if (absl::Status s = SubmitNext(slot); !s.ok()) return s;
+      }
+    }
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return m;
+  }
+
+ private:
+  absl::Status SubmitNext(int slot) {
+    const ExpertLocation& loc = *(*order_)[next_++];
+    slot_expert_bytes_.resize(pending_.size());
+    slot_expert_bytes_[slot] = loc.total_bytes;
+    uint64_t pos = static_cast<uint64_t>(slot) * slot_bytes_;
+    for (const ByteSpan& span : loc.spans) {
+      const uint64_t need = io::BufferBytesFor(span.offset, span.length);
+      io::ReadRequest req;
+      req.file = shard_ids_[span.shard];
+      req.offset = span.offset;
+      req.length = span.length;
+      req.buffer = arena_.Slice(pos, need);
+      req.user_data = static_cast<uint64_t>(slot);
+      pos += need;
+      ++pending_[slot];
+      auto id = engine_.Submit(std::move(req));
+      if (!id.ok()) return id.status();
+    }
+    return absl::OkStatus();
+  }
+
+  io::ReadEngine& engine_;
+  const std::vector<io::FileId>& shard_ids_;
+  const io::BufferArena& arena_;
+  uint64_t slot_bytes_;
+  const std::vector<const ExpertLocation*>* order_ = nullptr;
+  size_t next_ = 0;
+  std::vector<int> pending_;
+  std::vector<uint64_t> slot_expert_bytes_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// fio, for the same files, block size and depth.
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::optional<std::string> RunCommand(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  if (::pclose(pipe) != 0) return std::nullopt;
+  return out;
+}
+
+bool FioAvailable() {
+  static const bool available = [] {
+    auto out = RunCommand("fio --version 2>/dev/null");
+    return out.has_value() && out->rfind("fio-", 0) == 0;
+  }();
+  return available;
+}
+
+// fio's bandwidth in bytes/s: random reads of `block` bytes (O_DIRECT, io_uring, fixed buffers)
+// at random block-aligned offsets of the expert shards, `depth` in flight, `total` bytes in all.
+std::optional<double> MeasureFio(const Volume& v, uint64_t block, int depth, uint64_t total) {
+  std::vector<std::string> escaped;
+  for (const std::string& f : v.expert_shards) {
+    escaped.push_back(absl::StrReplaceAll(f, {{":", "\\:"}}));  // fio separates files with ':'
+  }
+  const std::string cmd =
+      absl::StrCat("fio --name=k3-raw --ioengine=io_uring --direct=1 --rw=randread --bs=", block,
+                   " --iodepth=", depth, " --io_size=", total, " --randrepeat=0 --norandommap",
+                   // Registered buffers and files, as k3 uses: without them fio pins the pages of
+                   // every 17.5 MB buffer per read and measures that rather than the disk.
+                   " --fixedbufs --registerfiles --output-format=json --filename=",
+                   ShellQuote(absl::StrJoin(escaped, ":")), " 2>/dev/null");
+  auto out = RunCommand(cmd);
+  if (!out) return std::nullopt;
+  const size_t brace = out->find('{');
+  if (brace == std::string::npos) return std::nullopt;
+  auto json = nlohmann::json::parse(out->substr(brace), nullptr, false);
+  if (json.is_discarded()) return std::nullopt;
+  const double bw = json["jobs"][0]["read"].value("bw_bytes", 0.0);
+  return bw > 0 ? std::optional<double>(bw) : std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+std::string F2(double v) { return absl::StrFormat("%.2f", v); }
+
+void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
+  bool any_fio = false;
+  for (const Row& r : rows) any_fio |= !r.fio_gbps.empty();
+  std::string header = show_volume ? "| volume " : "";
+  absl::StrAppend(&header, "| profile | queue depth | GB/s (median of ", repeat,
+                  ") | min-max GB/s | IOPS | MB/request |");
+  if (any_fio) absl::StrAppend(&header, " fio GB/s | k3/fio |");
+  std::printf("%s\n", header.c_str());
+  std::string rule;
+  for (char ch : header) rule += ch == '|' ? '|' : '-';
+  std::printf("%s\n", rule.c_str());
+  for (const Row& r : rows) {
+    std::string line = show_volume ? absl::StrCat("| ", r.volume, " ") : "";
+    const auto [lo, hi] = std::minmax_element(r.gbps.begin(), r.gbps.end());
+    absl::StrAppend(&line, "| ", r.profile, " | ", r.queue_depth, " | ", F2(Median(r.gbps)), " | ",
+                    F2(*lo), "-", F2(*hi), " | ", absl::StrFormat("%.1f", Median(r.iops)), " | ",
+                    F2(r.mb_per_request), " |");
+    if (any_fio) {
+      if (r.fio_gbps.empty()) {
+        absl::StrAppend(&line, " - | - |");
+      } else {
+        const double fio = Median(r.fio_gbps);
+        absl::StrAppend(&line, " ", F2(fio), " | ", F2(Median(r.gbps) / fio), " |");
+      }
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
+                      const EngineSetup& setup) {
+  nlohmann::json out = SetupJson("raw", volumes, setup);
+  out["results"] = nlohmann::json::array();
+  for (const Row& r : rows) out["results"].push_back(RawRowJson(r));
+  return out;
+}
+
+std::string ToCsv(const std::vector<Row>& rows) {
+  std::string csv =
+      "volume,profile,queue_depth,gbps_median,iops_median,mb_per_request,"
+      "fio_gbps_median,ratio_to_fio\n";
+  for (const Row& r : rows) {
+    const double fio = Median(r.fio_gbps);
+    absl::StrAppend(
+        &csv, r.volume, ",\"", r.profile, "\",", r.queue_depth, ",",
+        absl::StrFormat("%.4f,%.2f,%.4f,", Median(r.gbps), Median(r.iops), r.mb_per_request),
+        fio > 0 ? absl::StrFormat("%.4f,%.4f", fio, Median(r.gbps) / fio) : ",", "\n");
+  }
+  return csv;
+}
+
+absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
+                                                           const io::StorageProfile& profile,
+                                                           int depth,
+                                                           const io::BufferArena& arena) {
+  io::EngineOptions o;
+  o.queue_depth = depth;
+  o.profile = profile;
+  o.arena = &arena;
+  o.notices = false;  // a refused O_DIRECT is reported once per volume (NoteDirect), not per file
+  if (s.chunk_bytes > 0) o.chunk_bytes = s.chunk_bytes;
+  return io::ReadEngine::Create(o);
+}
+
+// Warns once per volume when its file system refuses O_DIRECT: reads then come from the page
+// cache after the first run, so neither the raw bandwidth nor "cold" runs mean what they say.
+void NoteDirect(const io::FileInfo& file, Volume& v) {
+  if (file.direct || !v.direct) return;
+  v.direct = false;
+  std::fprintf(stderr,
+               "k3 bench: warning: %s: the file system refuses O_DIRECT; reads go through the page "
+               "cache, so repeated runs are not cold\n",
+               v.dir.c_str());
+}
+
+// Runs one (volume, profile, depth) cell: `repeat` k3 runs, each followed by a fio run of the
+// same size when fio applies, so that both see the same noise.
+absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfile& profile,
+                         int depth, const io::BufferArena& arena, std::mt19937_64& rng, Row* row,
+                         EngineSetup* setup) {
+  auto engine = MakeEngine(s, profile, depth, arena);
+  if (!engine.ok()) return engine.status();
+  setup->backend = std::string((*engine)->backend_name());
+  setup->registered = (*engine)->buffers_registered();
+  setup->pages = io::PageKindName(arena.page_kind());
+  setup->chunk_bytes = (*engine)->options().chunk_bytes;
+  std::vector<io::FileId> shard_ids;
+  for (const std::string& path : v.checkpoint->shard_paths()) {
+    auto id = (*engine)->OpenFile(path);
+    if (!id.ok()) return id.status();
+    NoteDirect((*engine)->file(*id), v);
+    shard_ids.push_back(*id);
+  }
+  RawRun run(**engine, shard_ids, arena, v.slot_bytes);
+  const int count = std::min<int>(s.reads, static_cast<int>(v.experts.size()));
+  const bool with_fio = s.fio && !profile.emulated() && FioAvailable();
+  for (int rep = 0; rep < s.repeat; ++rep) {
+    // A fresh random choice per run, without repeats inside the run.
+    std::vector<const ExpertLocation*> order = v.experts;
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(count);
+    auto m = run.Run(order, depth);
+    if (!m.ok()) return m.status();
+    row->gbps.push_back(static_cast<double>(m->bytes) / m->seconds / 1e9);
+    row->iops.push_back(m->experts / m->seconds);
+    std::optional<double> fio;
+    if (with_fio) {
+      fio = MeasureFio(v, io::AlignUp(v.expert_bytes), depth, io::AlignUp(v.expert_bytes) * count);
+      if (fio) row->fio_gbps.push_back(*fio / 1e9);
+    }
+    if (!s.quiet) {
+      std::fprintf(stderr, "k3 bench: raw %s qd %d run %d/%d: %.2f GB/s%s\n", profile.name.c_str(),
+                   depth, rep + 1, s.repeat, row->gbps.back(),
+                   fio ? absl::StrFormat(" (fio %.2f GB/s)", *fio / 1e9).c_str() : "");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> ParseDepths(const std::vector<std::string>& values) {
+  auto depths = ParseIntList("queue-depth", values, 1, 4096);
+  if (depths.ok() && depths->empty()) depths = std::vector<int>{1, 4, 16, 32};
+  return depths;
+}
+
+}  // namespace
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+absl::StatusOr<Volume> LoadVolume(const std::string& dir) {
+  Volume v;
+  v.dir = dir;
+  auto ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  v.checkpoint = *std::move(ckpt);
+  const ModelConfig& c = v.checkpoint->config();
+  std::vector<bool> holds_experts(v.checkpoint->shard_paths().size(), false);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.is_dense(l)) continue;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const ExpertLocation& loc = v.checkpoint->expert(l, e);
+      if (loc.spans.empty()) continue;
+      uint64_t slot = 0;
+      for (const ByteSpan& s : loc.spans) {
+        slot += io::BufferBytesFor(s.offset, s.length);
+        holds_experts[s.shard] = true;
+      }
+      v.slot_bytes = std::max(v.slot_bytes, slot);
+      v.experts.push_back(&loc);
+    }
+  }
+  if (v.experts.empty()) return absl::InvalidArgumentError(dir + " has no routed experts");
+  for (size_t i = 0; i < holds_experts.size(); ++i) {
+    if (holds_experts[i]) v.expert_shards.push_back(v.checkpoint->shard_paths()[i]);
+  }
+  v.expert_bytes = v.experts.front()->total_bytes;
+  return v;
+}
+
+// The io layer's setup and the volumes: the head of both benchmarks' JSON.
+nlohmann::json SetupJson(const std::string& benchmark, const std::vector<Volume>& volumes,
+                         const EngineSetup& setup) {
+  nlohmann::json out = {{"benchmark", benchmark},
+                        {"backend", setup.backend},
+                        {"chunk_bytes", setup.chunk_bytes},
+                        {"registered_buffers", setup.registered},
+                        {"buffer_pages", setup.pages}};
+  out["volumes"] = nlohmann::json::array();
+  for (const Volume& v : volumes) {  // what an outside tool (fio) needs to read the same bytes
+    out["volumes"].push_back({{"dir", v.dir},
+                              {"expert_bytes", v.expert_bytes},
+                              {"experts", v.experts.size()},
+                              {"expert_files", v.expert_shards},
+                              {"o_direct", v.direct}});
+  }
+  return out;
+}
+
+nlohmann::json RawRowJson(const Row& r) {
+  nlohmann::json j = {{"volume", r.volume},
+                      {"profile", r.profile},
+                      {"queue_depth", r.queue_depth},
+                      {"gbps", r.gbps},
+                      {"gbps_median", Median(r.gbps)},
+                      {"iops_median", Median(r.iops)},
+                      {"mb_per_request", r.mb_per_request}};
+  if (!r.fio_gbps.empty()) {
+    j["fio_gbps"] = r.fio_gbps;
+    j["fio_gbps_median"] = Median(r.fio_gbps);
+    j["ratio_to_fio"] = Median(r.gbps) / Median(r.fio_gbps);
+  }
+  return j;
+}
+
+absl::StatusOr<RawSettings> ReadRawSettings() {
+  RawSettings s;
+  auto depths = ParseDepths(absl::GetFlag(FLAGS_queue_depth));
+  if (!depths.ok()) return depths.status();
+  s.depths = *depths;
+  std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
+  if (profile_flags.empty()) profile_flags = {"direct"};
+  auto profiles = io::ParseStorageProfileList(profile_flags);
+  if (!profiles.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--storage-profile: ", std::string(profiles.status().message())));
+  }
+  s.profiles = *profiles;
+  s.repeat = absl::GetFlag(FLAGS_repeat);
+  s.reads = absl::GetFlag(FLAGS_reads);
+  if (s.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
+  if (s.reads < 1) return absl::InvalidArgumentError("--reads must be at least 1");
+  const int32_t chunk_kib = absl::GetFlag(FLAGS_chunk_kib);
+  if (chunk_kib < 0 || chunk_kib % 4 != 0) {
+    return absl::InvalidArgumentError("--chunk-kib must be a multiple of 4");
+  }
+  s.chunk_bytes = static_cast<uint64_t>(chunk_kib) * 1024;
+  s.fio = absl::GetFlag(FLAGS_fio);
+  s.huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  s.quiet = absl::GetFlag(FLAGS_quiet);
+  return s;
+}
+
+namespace {
+
+absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
+                          const EngineSetup& setup) {
+  const std::string json_path = absl::GetFlag(FLAGS_out_json);
+  if (!json_path.empty()) {
+    const std::string json = ToJson(rows, volumes, setup).dump(2) + "\n";
+    absl::Status st = io::WriteFileAtomically(json_path, json);
+    if (!st.ok()) return st;
+  }
+  const std::string csv_path = absl::GetFlag(FLAGS_out_csv);
+  if (!csv_path.empty()) return io::WriteFileAtomically(csv_path, ToCsv(rows));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Every (profile, depth) cell of one volume, with one buffer arena for all of them.
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng,
+                           std::vector<Row>* rows, EngineSetup* setup) {
+  const int max_depth = *std::max_element(s.depths.begin(), s.depths.end());
+  io::BufferArena::Options arena_options;
+  arena_options.huge_pages = s.huge_pages;
+  auto arena =
+      io::BufferArena::Create(v.slot_bytes * static_cast<uint64_t>(max_depth), arena_options);
+  if (!arena.ok()) return arena.status();
+  for (const io::StorageProfile& profile : s.profiles) {
+    for (int depth : s.depths) {
+      Row row{.volume = v.dir, .profile = profile.name, .queue_depth = depth};
+      row.mb_per_request = static_cast<double>(v.expert_bytes) / 1e6;
+      absl::Status st = MeasureCell(s, v, profile, depth, **arena, rng, &row, setup);
+      if (!st.ok()) return st;
+      rows->push_back(std::move(row));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int RunRaw(const std::vector<std::string>& dirs) {
+  auto settings = ReadRawSettings();
+  if (!settings.ok()) return UsageError(kName, std::string(settings.status().message()));
+  std::vector<Volume> volumes;
+  for (const std::string& dir : dirs) {
+    auto v = LoadVolume(dir);
+    if (!v.ok()) return ReportError(kName, v.status());
+    volumes.push_back(*std::move(v));
+  }
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<Row> rows;
+  EngineSetup setup;
+  for (Volume& v : volumes) {
+    if (absl::Status st = MeasureVolume(*settings, v, rng, &rows, &setup); !st.ok()) {
+      return ReportError(kName, st);
+    }
+  }
+  std::printf("k3 io: %s\n\n", setup.Describe().c_str());
+  PrintTable(rows, volumes.size() > 1, settings->repeat);
+  if (absl::Status st = WriteOutputs(rows, volumes, setup); !st.ok()) return ReportError(kName, st);
+  return kExitOk;
+}
+
+}  // namespace k3::cli::bench

@@ -1,0 +1,82 @@
+// k3 bench --raw, and the raw column of the decode benchmark: random whole experts of a
+// checkpoint read with the io layer (O_DIRECT) at each queue depth and storage profile, side
+// by side with fio on the same files, block size and depth when fio is installed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/checkpoint.h"
+#include "io/storage_profile.h"
+#include "nlohmann/json.hpp"
+
+namespace k3::cli::bench {
+
+inline constexpr char kName[] = "bench";
+
+struct Volume {
+  std::string dir;
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::vector<const ExpertLocation*> experts;
+  std::vector<std::string> expert_shards;  // shards holding expert bytes (for fio)
+  uint64_t expert_bytes = 0;               // of the first expert (the table's MB/request)
+  uint64_t slot_bytes = 0;                 // buffer for the largest expert's aligned spans
+  bool direct = true;                      // O_DIRECT accepted on every shard
+};
+
+struct Row {
+  std::string volume = "";
+  std::string profile = "";
+  int queue_depth = 0;
+  std::vector<double> gbps = {};
+  std::vector<double> iops = {};
+  std::vector<double> fio_gbps = {};
+  double mb_per_request = 0;
+};
+
+// How the io layer ran, for the table's caption and the JSON.
+struct EngineSetup {
+  std::string backend = "";  // io_uring or pread
+  bool registered = false;   // buffers registered with io_uring
+  std::string pages = "";    // what backs the buffers
+  uint64_t chunk_bytes = 0;
+
+  std::string Describe() const {
+    return absl::StrCat(backend, ", ", chunk_bytes >> 10, " KiB chunks, ",
+                        registered ? "registered " : "", "buffers on ", pages);
+  }
+};
+
+struct RawSettings {
+  std::vector<int> depths;
+  std::vector<io::StorageProfile> profiles;
+  int repeat = 3;
+  int reads = 96;
+  uint64_t chunk_bytes = 0;
+  bool fio = true;
+  bool huge_pages = true;
+  bool quiet = false;
+};
+
+double Median(std::vector<double> v);
+absl::StatusOr<Volume> LoadVolume(const std::string& dir);
+// The raw settings from the flags (--queue-depth, --storage-profile, --repeat, --reads, ...).
+absl::StatusOr<RawSettings> ReadRawSettings();
+// Every (profile, depth) cell of one volume, appended to `rows`.
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng,
+                           std::vector<Row>* rows, EngineSetup* setup);
+
+// The io layer's setup and the volumes: the head of both benchmarks' JSON.
+nlohmann::json SetupJson(const std::string& benchmark, const std::vector<Volume>& volumes,
+                         const EngineSetup& setup);
+nlohmann::json RawRowJson(const Row& r);
+
+// k3 bench --raw over `dirs`; the exit code.
+int RunRaw(const std::vector<std::string>& dirs);
+
+}  // namespace k3::cli::bench
