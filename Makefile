@@ -16,11 +16,12 @@ SAN_CMAKE := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" --lo
 ASAN_EXCLUDE ?= ^reference\.
 # Under TSan: the suites with threads of their own (the read engine, the expert cache, the
 # streaming engine, the server's GenerationService). The 144-configuration determinism grid
-# and the batch scheduler's grids (batch sizes, orders, budgets: minutes under TSan) run in the
-# normal and ASan suites; under TSan the other engine and batch tests (faults, lookahead,
-# prefill, packs, a batch's one trunk pass, interrupts) cover the same threads.
+# and the batch scheduler's grids and its resume and cancel checks (single-threaded scheduler
+# logic over many runs alone: minutes under TSan) run in the normal and ASan suites; under TSan
+# the other engine and batch tests (faults, lookahead, prefill, packs, a batch's one trunk pass,
+# interrupts) cover the same threads.
 TSAN_TESTS ?= io_tests pipeline_tests server_tests
-TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*
+TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.AResumed*:BatchTest.ACancelled*
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
