@@ -170,7 +170,6 @@ void GenerationService::Loop() {
     stats_.queued = static_cast<int64_t>(scheduler_.waiting());
     stats_.live = static_cast<int64_t>(scheduler_.live());
     stats_.saved_states = static_cast<int64_t>(saved_.size());
-    stats_.completion_tokens = scheduler_.totals().sampled_tokens;
     if (ran.ok() && *ran) stats_.last_step_seconds = seconds;
   }
   const absl::Status shutdown = absl::UnavailableError("the server is shutting down");

@@ -67,7 +67,7 @@ struct ServiceStats {
   BatchTotals totals;
   int64_t queued = 0, live = 0, saved_states = 0;
   int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
-  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0;  // completion tokens: totals.sampled_tokens
   double last_step_seconds = 0;
 };
 

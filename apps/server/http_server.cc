@@ -83,13 +83,9 @@ absl::StatusOr<int> HttpServer::Bind() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options_.host, ":", port, ": the port is in use"));
   }
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.host);
-    if (port <= 0) port = -1;
-  } else if (!http_->bind_to_port(options_.host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
+  const bool bound = port == 0 ? (port = http_->bind_to_any_port(options_.host)) > 0
+                               : http_->bind_to_port(options_.host, port);
+  if (!bound) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":",
                                                options_.port,
                                                " (in use, or not an address of this machine)"));
@@ -208,7 +204,7 @@ std::string HttpServer::Metrics() const {
          "Tokens: prompt (all), cached (resumed, not run), completion.");
   absl::StrAppend(&out, "k3_tokens_total{kind=\"prompt\"} ", st.prompt_tokens, "\n",
                   "k3_tokens_total{kind=\"cached\"} ", st.cached_tokens, "\n",
-                  "k3_tokens_total{kind=\"completion\"} ", st.completion_tokens, "\n");
+                  "k3_tokens_total{kind=\"completion\"} ", st.totals.sampled_tokens, "\n");
   metric("k3_queue_length", "gauge", "Requests waiting for a place in the batch.");
   absl::StrAppend(&out, "k3_queue_length ", st.queued, "\n");
   metric("k3_live_sequences", "gauge", "Sequences in the batch.");

@@ -48,27 +48,26 @@ class ServeTest : public ::testing::Test {
     EXPECT_EQ(result["token_ids"], alone) << request.dump();
     EXPECT_EQ(result["usage"]["completion_tokens"], alone.size()) << result.dump();
   }
-  static json Chat(const std::string& text, int n, bool stream,
-                   json sampling = {{"temperature", 0}}) {
+  // A request for serve_client.cjs: `input` is the chat's messages or the completion's prompt.
+  static json Request(const char* endpoint, const char* field, json input, int n, bool stream,
+                      const json& sampling) {
     json params = {{"model", "m"},
-                   {"messages", {{{"role", "user"}, {"content", text}}}},
+                   {field, std::move(input)},
                    {"max_tokens", n},
                    {"return_token_ids", true},
                    {"stream", stream}};
     params.update(sampling);
     if (stream) params["stream_options"] = {{"include_usage", true}};
-    return {{"endpoint", "chat"}, {"params", params}};
+    return {{"endpoint", endpoint}, {"params", params}};
+  }
+  static json Chat(const std::string& text, int n, bool stream,
+                   json sampling = {{"temperature", 0}}) {
+    return Request("chat", "messages", {{{"role", "user"}, {"content", text}}}, n, stream,
+                   sampling);
   }
   static json Completion(const json& prompt, int n, bool stream,
                          json sampling = {{"temperature", 0}}) {
-    json params = {{"model", "m"},
-                   {"prompt", prompt},
-                   {"max_tokens", n},
-                   {"return_token_ids", true},
-                   {"stream", stream}};
-    params.update(sampling);
-    if (stream) params["stream_options"] = {{"include_usage", true}};
-    return {{"endpoint", "completions"}, {"params", params}};
+    return Request("completions", "prompt", prompt, n, stream, sampling);
   }
 
   static testing::TempDir* dir_;

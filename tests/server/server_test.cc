@@ -208,6 +208,12 @@ class GenerationServiceTest : public testing::TinyModelSuite {
     o.sequences = sequences;
     return o;
   }
+  // The service over the suite's engine settings (chunks of 4, a context of 48).
+  static ServiceOptions Shape(int batch, int max_queue, int saved_states) {
+    return {.batch = {.batch = batch, .prefill_tokens_per_step = 4, .max_context = 48},
+            .max_queue = max_queue,
+            .saved_states = saved_states};
+  }
   static BatchRequest Request(std::vector<int32_t> prompt, int n, uint64_t seed) {
     BatchRequest r;
     r.prompt = std::move(prompt);
@@ -239,10 +245,7 @@ class GenerationServiceTest : public testing::TinyModelSuite {
 TEST_F(GenerationServiceTest, ManyThreadsSubmittingAtOnceEachGetTheirTokensAlone) {
   auto engine = Engine::Open(Options(6));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine,
-                            {.batch = {.batch = 3, .prefill_tokens_per_step = 4, .max_context = 48},
-                             .max_queue = 8,
-                             .saved_states = 3});
+  GenerationService service(**engine, Shape(3, 8, 3));
   std::vector<BatchRequest> requests;
   for (int i = 0; i < 8; ++i) requests.push_back(Request({3, 5, int32_t(7 + i), 2}, 5 + i, 40 + i));
   std::vector<std::vector<int32_t>> got(requests.size());
@@ -266,10 +269,7 @@ TEST_F(GenerationServiceTest, ManyThreadsSubmittingAtOnceEachGetTheirTokensAlone
 TEST_F(GenerationServiceTest, AnExtendingRequestResumesAndGetsTheSameTokens) {
   auto engine = Engine::Open(Options(3));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine,
-                            {.batch = {.batch = 1, .prefill_tokens_per_step = 4, .max_context = 48},
-                             .max_queue = 4,
-                             .saved_states = 2});
+  GenerationService service(**engine, Shape(1, 4, 2));
   const BatchRequest first = Request({9, 8, 7, 6, 5}, 4, 1);
   auto a = service.Submit(first);
   ASSERT_TRUE(a.ok());
@@ -289,10 +289,7 @@ TEST_F(GenerationServiceTest, AnExtendingRequestResumesAndGetsTheSameTokens) {
 TEST_F(GenerationServiceTest, AFullQueueIsRefusedACancelEndsAJobAndStopEndsTheRest) {
   auto engine = Engine::Open(Options(1));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine,
-                            {.batch = {.batch = 1, .prefill_tokens_per_step = 4, .max_context = 48},
-                             .max_queue = 1,
-                             .saved_states = 0});
+  GenerationService service(**engine, Shape(1, 1, 0));
   auto live = service.Submit(Request({1, 2}, 40, 1));
   ASSERT_TRUE(live.ok());
   (*live)->Wait(0, milliseconds(60000));  // it has its first token: it holds the one place
