@@ -13,6 +13,9 @@ packages=(
   python3 python3-torch python3-numpy
   fio clang-format
   clang libclang-rt-14-dev  # the fuzz targets: clang and libFuzzer's runtime (make fuzz)
+  # tests/apps/sshfs_volume_test.sh: a real network volume (the test runs its own sshd on
+  # 127.0.0.1; where systemd runs, Debian's openssh-server also enables ssh.service on port 22)
+  openssh-server openssh-client sshfs fuse3
 )
 
 missing=()
