@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "apps/flags.h"
+#include "apps/settings_file.h"
 
 namespace k3::cli {
 namespace {
@@ -49,6 +51,7 @@ bool Accepts(const Subcommand& sub, std::string_view typed) {
 std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv, int first) {
   std::vector<std::string> positional;
   std::map<std::string, int> seen;
+  std::set<std::string> given;
   for (int i = first; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") {
@@ -90,6 +93,7 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
       Fail(sub,
            absl::StrCat("flag --", name, " does not apply to 'k3 ", std::string(sub.name), "'"));
     }
+    given.insert(name);
     if (flag->IsOfType<bool>()) {
       if (!value) value = negated ? "false" : "true";
     } else if (!value) {
@@ -104,6 +108,13 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
     if (!flag->ParseFrom(*value, &error)) {
       Fail(sub, absl::StrCat("invalid value '", *value, "' for --", name, ": ", error));
     }
+  }
+  if (const std::string settings = absl::GetFlag(FLAGS_settings);
+      Accepts(sub, "settings") && !settings.empty()) {
+    absl::Status st = ApplySettingsFile(settings, [&](std::string_view name) {
+      return Accepts(sub, name) && !given.contains(std::string(name));
+    });
+    if (!st.ok()) Fail(sub, std::string(st.message()));
   }
   return positional;
 }

@@ -1,9 +1,9 @@
 // k3 bench: storage benchmarks. The decode benchmark (apps/bench/decode_bench.h) runs the
 // engine, cold, over every combination of volume (model directory x storage profile), queue
-// depth and prefetch distance, and sets its s/token against the I/O floor: the bytes it read
-// per token at the raw bandwidth of the same volume, profile and depth, measured in the same
-// run (DESIGN.md section 5). `--raw` (apps/bench/raw_bench.h) measures that raw bandwidth
-// alone, side by side with fio when it is installed.
+// depth and prefetch distance, and sets its time against the I/O floor: the same reads replayed
+// right after each run without the compute (io/read_replay.h, docs/BENCHMARKS.md). `--raw`
+// (apps/bench/raw_bench.h) measures the volume's bandwidth for whole random experts alone, side
+// by side with fio when it is installed.
 #include <string>
 #include <vector>
 
@@ -93,8 +93,9 @@ const Subcommand& BenchCommand() {
       "expert cache, O_DIRECT reads), a fixed 16-token prompt from --seed, then --tokens greedy\n"
       "decode steps. Prints a markdown table: s/token (median of the runs, each run's median\n"
       "step), tokens/s, GB read per token, the raw bandwidth of that volume, profile and depth\n"
-      "(measured first in the same run, as --raw does), the ratio to the I/O floor (s/token over\n"
-      "GB/token at that bandwidth; 1.0 is perfect overlap), stall fraction, cache hit rate and\n"
+      "(measured first in the same run, as --raw does), the ratio to the I/O floor (the decode\n"
+      "time over a replay of the run's own reads, same requests and depth, right after it; 1.0\n"
+      "is perfect overlap), stall fraction, cache hit rate and\n"
       "prefetch precision/recall ('-': the engine reported nothing to compute it from).\n"
       "--out-csv and --out-json write every figure and setting; --plot draws s/token against\n"
       "queue depth, a line per prefetch distance, a panel per volume. See docs/BENCHMARKS.md.\n\n"

@@ -460,7 +460,7 @@ int RunChat(const std::vector<std::string>& positional) {
   if (!engine.ok()) return ReportError(kName, engine.status());
   ChatSession chat(**engine, *tok, *settings);
   if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kName, s);
-  if (!settings->quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+  if (!settings->quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kName, s);
   InstallChatInterruptHandler();
   return Converse(chat, **engine, *settings);

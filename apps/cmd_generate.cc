@@ -158,7 +158,7 @@ int RunGenerate(const std::vector<std::string>& positional) {
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
-  if (!quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+  if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), prompt->tokenizer);
   if (!stops.ok()) return ReportError(kName, stops.status());
 

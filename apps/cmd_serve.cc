@@ -16,6 +16,7 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/generate_options.h"
+#include "apps/run_report.h"
 #include "apps/server/generation_service.h"
 #include "apps/server/http_server.h"
 #include "pipeline/engine.h"
@@ -121,7 +122,7 @@ int RunServe(const std::vector<std::string>& positional) {
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
-  if (!quiet) std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+  if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), *tokenizer);
   if (!stops.ok()) return ReportError(kName, stops.status());
 

@@ -14,5 +14,6 @@ const Subcommand& PackCommand();
 const Subcommand& ChatCommand();
 const Subcommand& DoctorCommand();
 const Subcommand& ServeCommand();
+const Subcommand& TuneCommand();
 
 }  // namespace k3::cli

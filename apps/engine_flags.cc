@@ -51,7 +51,7 @@ const std::vector<std::string_view>& EngineFlagNames() {
       "cache-gb",       "trunk",           "queue-depth",   "prefetch-distance",
       "prefetch-width", "threads",         "prefill-chunk", "max-context",
       "cache-policy",   "storage-profile", "no-overlap",    "prefill-prefetch-distance",
-      "ring-piece-mb",  "ring-slots"};
+      "ring-piece-mb",  "ring-slots",      "settings"};
   return kNames;
 }
 
@@ -188,16 +188,19 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 0, 64);
   if (!dist.ok()) return dist.status();
   o->prefetch_distance = *dist;
-  const std::vector<std::string> profiles = absl::GetFlag(FLAGS_storage_profile);
-  if (profiles.size() > 1) {
-    return absl::InvalidArgumentError(
-        "--storage-profile: give one profile here (lists are for k3 bench)");
-  }
-  if (!profiles.empty()) {
-    o->storage_profile = profiles.front();
-    if (auto p = io::ParseStorageProfile(o->storage_profile); !p.ok()) {
+  // The flag library splits at commas, so "lat=2ms,bw=1GB/s" arrives in two parts: one profile
+  // for the list parser, as k3 bench reads it.
+  const std::vector<std::string> parts = absl::GetFlag(FLAGS_storage_profile);
+  if (!parts.empty()) {
+    o->storage_profile = absl::StrJoin(parts, ",");
+    auto profiles = io::ParseStorageProfileList(parts);
+    if (!profiles.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o->storage_profile, ": ",
+                                                     profiles.status().message()));
+    }
+    if (profiles->size() > 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--storage-profile ", o->storage_profile, ": ", p.status().message()));
+          "--storage-profile: give one profile here (lists are for k3 bench and k3 tune)");
     }
   }
   return o;

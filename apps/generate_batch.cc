@@ -295,7 +295,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!engine.ok()) return ReportError(kName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) {
-    std::fprintf(stderr, "%s", (*engine)->plan().Describe().c_str());
+    std::fprintf(stderr, "%s", PlanText(**engine).c_str());
     std::fprintf(stderr, "batch: %d sequences at once, %zu prompts (the budget holds %s%d)\n",
                  batch, items.size(), choice->holds == kMaxBatch ? "at least " : "", choice->holds);
   }

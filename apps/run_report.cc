@@ -167,4 +167,8 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
   return report;
 }
 
+std::string PlanText(const Engine& engine) {
+  return engine.plan().Describe() + engine.DescribeReads();
+}
+
 }  // namespace k3::cli

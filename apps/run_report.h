@@ -49,6 +49,9 @@ class RunReport {
   std::vector<StepRecord> steps_;
 };
 
+// The memory plan and how the checkpoint is read, as the commands print them before running.
+std::string PlanText(const Engine& engine);
+
 // SIGINT sets a flag (a second SIGINT kills at once, as usual) that the generation loops poll.
 void InstallInterruptHandler();
 bool Interrupted();

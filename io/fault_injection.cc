@@ -150,6 +150,8 @@ absl::StatusOr<std::shared_ptr<FaultPlan>> FaultPlan::Parse(const std::string& s
       plan->ShortReads(static_cast<uint64_t>(number));
     } else if (key == "slow") {
       plan->Slow(absl::Milliseconds(number));
+    } else if (key == "no-direct") {
+      if (number > 0) plan->RefuseDirect();
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("fault spec '", spec, "': unknown key '", key, "'"));

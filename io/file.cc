@@ -1,7 +1,5 @@
 #include "io/file.h"
 
-#include "io/tsan_mutex.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "io/tsan_mutex.h"
 
 namespace k3::io {
 namespace {
@@ -77,7 +76,9 @@ absl::Status WriteAtomically(const std::string& path, std::string_view contents,
     return s;
   }
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
     ::close(dfd);

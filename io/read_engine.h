@@ -74,6 +74,14 @@ struct ReadRequest {
   std::function<void(ReadResult)> on_complete = nullptr;
 };
 
+// One request as a read log records it (ReadEngine::StartLog).
+struct LoggedRead {
+  FileId file = -1;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  Priority priority = Priority::kDemand;
+};
+
 enum class Backend { kAuto, kUring, kPread };
 
 struct EngineOptions {
@@ -171,6 +179,12 @@ class ReadEngine {
   // Cancels every prefetch not yet complete for which `filter(user_data)` holds (all when no
   // filter is given), e.g. the guesses for a layer that has already run. Returns how many.
   int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr);
+
+  // Records every request submitted from now on that is then delivered OK, until TakeLog: the
+  // reads of a run, to replay them without the compute (io/read_replay.h; k3 bench's I/O floor).
+  void StartLog();
+  // The recorded reads, in submission order; recording stops.
+  std::vector<LoggedRead> TakeLog();
 
   std::string_view backend_name() const;  // "io_uring" or "pread"
   bool buffers_registered() const;

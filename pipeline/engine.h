@@ -22,6 +22,7 @@
 #include "core/model/model.h"
 #include "core/model/sequence_state.h"
 #include "io/fault_injection.h"
+#include "io/read_replay.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/memory_plan.h"
 
@@ -108,6 +109,9 @@ class Engine {
   virtual const EngineOptions& options() const = 0;
   // Every setting in effect, for reports.
   virtual nlohmann::json Settings() const = 0;
+  // How the checkpoint is read, one line for under the memory plan: the backend, and O_DIRECT
+  // or the buffered fallback where the file system refused it.
+  virtual std::string DescribeReads() const = 0;
   virtual SequenceState NewState() const = 0;
 
   // Runs `ids` after the tokens in `state` in chunks of prefill_chunk; logits of the last
@@ -129,6 +133,11 @@ class Engine {
                             StepMetrics* metrics = nullptr) = 0;
 
   virtual std::vector<PrefetchAccuracy> prefetch_accuracy() const = 0;
+
+  // Records the reads of the calls from now on, until TakeReadLog: what the run had to read, to
+  // replay without the compute for its I/O floor (io/read_replay.h, k3 bench).
+  virtual void StartReadLog() = 0;
+  virtual io::ReadLog TakeReadLog() = 0;
 };
 
 }  // namespace k3

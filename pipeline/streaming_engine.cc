@@ -3,6 +3,7 @@
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -37,6 +38,18 @@ class StreamingEngine : public Engine {
   const EngineOptions& options() const override { return options_; }
   SequenceState NewState() const override { return SequenceState(config()); }
   std::vector<PrefetchAccuracy> prefetch_accuracy() const override { return provider_->accuracy(); }
+  void StartReadLog() override { reads_->StartLog(); }
+
+  io::ReadLog TakeReadLog() override {
+    io::ReadLog log{.paths = {}, .reads = reads_->TakeLog(), .options = reads_->options()};
+    log.options.arena = nullptr;
+    log.options.faults = nullptr;
+    std::vector<io::FileId> ids = shard_files_;
+    if (pack_ != nullptr) ids.push_back(pack_file_);
+    log.paths.resize(*std::max_element(ids.begin(), ids.end()) + 1);
+    for (io::FileId id : ids) log.paths[id] = reads_->file(id).path;
+    return log;
+  }
 
   nlohmann::json Settings() const override {
     return {
@@ -64,7 +77,20 @@ class StreamingEngine : public Engine {
         {"prefill_chunk", options_.prefill_chunk},
         {"storage_profile", options_.storage_profile},
         {"io_backend", std::string(reads_->backend_name())},
-        {"direct_io", options_.direct_io}};
+        {"direct_io", options_.direct_io},
+        {"buffered_files", BufferedFiles()}};
+  }
+
+  std::string DescribeReads() const override {
+    const int buffered = BufferedFiles();
+    const int files = static_cast<int>(shard_files_.size()) + (pack_ != nullptr ? 1 : 0);
+    std::string line = absl::StrCat("  reads                 ", std::string(reads_->backend_name()),
+                                    ", queue depth ", options_.queue_depth, ", ");
+    if (buffered == 0) return absl::StrCat(line, "O_DIRECT\n");
+    return absl::StrCat(line, "buffered: the file system refused O_DIRECT for ", buffered, " of ",
+                        files,
+                        " files, so the page cache also holds what is read and the budget is "
+                        "not exact\n");
   }
 
   absl::Status Prefill(std::span<const int32_t> ids, SequenceState& state,
@@ -97,6 +123,13 @@ class StreamingEngine : public Engine {
   absl::Status Init(const EngineOptions& options);
 
  private:
+  int BufferedFiles() const {
+    std::vector<io::FileId> ids = shard_files_;
+    if (pack_ != nullptr) ids.push_back(pack_file_);
+    return static_cast<int>(std::count_if(ids.begin(), ids.end(),
+                                          [&](io::FileId id) { return !reads_->file(id).direct; }));
+  }
+
   // Runs `forward` and adds its figures (time, bytes, stalls, disk busy) to `metrics`.
   template <typename Fn>
   absl::Status Measured(size_t tokens, StepMetrics* metrics, Fn forward) {

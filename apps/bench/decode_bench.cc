@@ -19,6 +19,10 @@ ABSL_DECLARE_FLAG(std::string, plot);
 namespace k3::cli::bench {
 namespace {
 
+int32_t Greedy(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
 absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   DecodeSettings s;
   auto raw = ReadRawSettings();
@@ -44,54 +48,6 @@ absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   return s;
 }
 
-std::vector<int32_t> PromptIds(uint64_t seed, int64_t vocab_size) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab_size - 1));
-  std::vector<int32_t> ids(kPromptTokens);
-  for (int32_t& id : ids) id = pick(rng);
-  return ids;
-}
-
-int32_t Greedy(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// One cold run. Cancelled when Ctrl-C stops it.
-absl::StatusOr<DecodeRun> RunOnce(const EngineOptions& options, const std::vector<int32_t>& prompt,
-                                  int tokens, DecodeRow* row) {
-  auto engine = Engine::Open(options);
-  if (!engine.ok()) return engine.status();
-  if (row->engine_settings.is_null()) {
-    row->engine_settings = (*engine)->Settings();
-    row->memory_plan = (*engine)->plan().Describe();
-  }
-  SequenceState state = (*engine)->NewState();
-  std::vector<float> logits;
-  StepMetrics prefill;
-  if (absl::Status st = (*engine)->Prefill(prompt, state, logits, &prefill); !st.ok()) return st;
-  DecodeRun run;
-  run.prefill_seconds = prefill.seconds;
-  std::vector<double> steps;
-  for (int i = 0; i < tokens; ++i) {
-    if (Interrupted()) return absl::CancelledError("interrupted");
-    StepMetrics step;
-    const auto start = std::chrono::steady_clock::now();
-    if (absl::Status st = (*engine)->Decode(Greedy(logits), state, logits, &step); !st.ok()) {
-      return st;
-    }
-    // The engine's own step time when it reports one, else the wall time around the call.
-    if (step.seconds <= 0) {
-      step.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    if (step.tokens == 0) step.tokens = 1;
-    steps.push_back(step.seconds);
-    run.decode.Add(step);
-  }
-  run.seconds_per_token = Median(steps);
-  return run;
-}
-
 double RawGbps(const std::vector<Row>& raw_rows, const std::string& volume,
                const std::string& profile, int depth) {
   for (const Row& r : raw_rows) {
@@ -113,7 +69,7 @@ absl::Status RunCombination(const DecodeSettings& s, const EngineOptions& option
                             DecodeRow* row) {
   ++progress.done;
   for (int rep = 0; rep < s.raw.repeat; ++rep) {
-    auto run = RunOnce(options, prompt, s.tokens, row);
+    auto run = RunCold(options, prompt, s.tokens, row);
     if (!run.ok()) return run.status();
     row->runs.push_back(*run);
     if (progress.quiet) continue;
@@ -156,6 +112,58 @@ absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<int
 }
 
 }  // namespace
+
+std::vector<int32_t> PromptIds(uint64_t seed, int64_t vocab_size) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab_size - 1));
+  std::vector<int32_t> ids(kPromptTokens);
+  for (int32_t& id : ids) id = pick(rng);
+  return ids;
+}
+
+absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vector<int32_t>& prompt,
+                                  int tokens, DecodeRow* row, bool replay) {
+  auto opened = Engine::Open(options);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<Engine> engine = *std::move(opened);
+  if (row != nullptr && row->engine_settings.is_null()) {
+    row->engine_settings = engine->Settings();
+    row->memory_plan = PlanText(*engine);
+  }
+  SequenceState state = engine->NewState();
+  std::vector<float> logits;
+  StepMetrics prefill;
+  if (absl::Status st = engine->Prefill(prompt, state, logits, &prefill); !st.ok()) return st;
+  DecodeRun run;
+  run.prefill_seconds = prefill.seconds;
+  if (replay) engine->StartReadLog();
+  std::vector<double> steps;
+  for (int i = 0; i < tokens; ++i) {
+    if (Interrupted()) return absl::CancelledError("interrupted");
+    StepMetrics step;
+    const auto start = std::chrono::steady_clock::now();
+    run.ids.push_back(Greedy(logits));
+    if (absl::Status st = engine->Decode(run.ids.back(), state, logits, &step); !st.ok()) {
+      return st;
+    }
+    // The engine's own step time when it reports one, else the wall time around the call.
+    if (step.seconds <= 0) {
+      step.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (step.tokens == 0) step.tokens = 1;
+    steps.push_back(step.seconds);
+    run.decode.Add(step);
+  }
+  run.seconds_per_token = Median(steps);
+  if (!replay) return run;
+  const io::ReadLog log = engine->TakeReadLog();
+  engine.reset();  // its memory back before the replay's buffers
+  auto floor = io::ReplayReadLog(log);
+  if (!floor.ok()) return floor.status();
+  run.floor = *floor;
+  return run;
+}
 
 int RunDecode(const std::vector<std::string>& dirs) {
   auto settings = ReadDecodeSettings();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/bench/raw_bench.h"
+#include "io/read_replay.h"
 #include "pipeline/engine.h"
 
 namespace k3::cli::bench {
@@ -33,6 +34,9 @@ struct DecodeRun {
   double seconds_per_token = 0;  // the median decode step
   double prefill_seconds = 0;
   StepMetrics decode;  // summed over the decode steps
+  // The decode steps' reads replayed right after the run, alone (io/read_replay.h).
+  io::ReplayResult floor;
+  std::vector<int32_t> ids;  // the tokens decoded (greedy), to check every setting agrees
 };
 
 struct DecodeRow {
@@ -52,8 +56,11 @@ struct Figures {
   double seconds_per_token = NAN;
   double tokens_per_second = NAN;
   double gb_per_token = NAN;
-  double io_floor_seconds = NAN;  // gb_per_token at the raw bandwidth
+  // The replay of the run's own reads, per token; the run's decode time over it; the bandwidth
+  // the replay got.
+  double io_floor_seconds = NAN;
   double ratio_to_floor = NAN;
+  double floor_gbps = NAN;
   double stall_fraction = NAN;
   double disk_busy_fraction = NAN;
   double hit_rate = NAN;
@@ -76,6 +83,14 @@ absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
                                 const std::vector<Volume>& volumes,
                                 const std::vector<std::vector<int32_t>>& prompts,
                                 const DecodeSettings& s, const EngineSetup& setup);
+
+// The benchmark's prompt for a volume: kPromptTokens ids drawn from `seed`.
+std::vector<int32_t> PromptIds(uint64_t seed, int64_t vocab_size);
+// One cold run (k3 tune runs them too): a fresh engine, `prompt` prefilled, `tokens` greedy
+// decode steps, then (with `replay`) the steps' reads replayed for the floor. `row` (optional)
+// receives the engine's settings and memory plan the first time. Cancelled on Ctrl-C.
+absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vector<int32_t>& prompt,
+                                  int tokens, DecodeRow* row, bool replay = true);
 
 // The decode benchmark over `dirs`; the exit code.
 int RunDecode(const std::vector<std::string>& dirs);

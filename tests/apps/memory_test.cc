@@ -58,9 +58,9 @@ TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
 // arithmetic (the tiny models check that) and not disk speed.
 TEST(MemoryTest, RealDimensionsRunOneTokenAtTheMinimumWithinBudget) {
   testing::TempDir dir;
-  auto synth = RunK3({"synth", "--preset", "full", "--sparse", "--set", "num_hidden_layers=4",
-                      "--set", "full_attn_layers=4", "--set", "num_experts=32", "--out", dir / "m",
-                      "--quiet"});
+  auto synth =
+      RunK3({"synth", "--preset", "full", "--sparse", "--set", "num_hidden_layers=4", "--set",
+             "full_attn_layers=4", "--set", "num_experts=32", "--out", dir / "m", "--quiet"});
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
   auto r = RunK3({"generate", "-m", dir / "m", "--ids", "1,2", "-n", "1", "--preset", "ultra",
                   "--report-json", dir / "r.json"});
@@ -113,6 +113,35 @@ TEST(FaultsCliTest, TransientFaultsSameTokensPermanentFaultExitsOneNamingFileAnd
   EXPECT_THAT(faulty.err, HasSubstr("K3_FAULTS is set"));
   EXPECT_EQ(broken.exit_code, 1) << broken.err;
   EXPECT_THAT(broken.err, HasSubstr(".safetensors at offset"));
+}
+
+// A file system that refuses O_DIRECT (some FUSE mounts, tmpfs before Linux 6.6), emulated with
+// K3_FAULTS=no-direct=1: the engine reads through the page cache, says so in the notice, under
+// the plan and in the report, and gives the same tokens.
+TEST(FaultsCliTest, RefusedODirectIsReadBufferedShownInThePlanAndReportSameTokens) {
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  const std::vector<std::string> args = {"generate",     "-m", dir / "m",  "--ids", "3,7,11",
+                                         "-n",           "6",  "--preset", "ultra", "--ignore-eos",
+                                         "--report-json"};
+  std::vector<std::string> direct_args = args, buffered_args = args;
+  direct_args.push_back(dir / "direct.json");
+  buffered_args.push_back(dir / "buffered.json");
+  auto direct = RunK3(direct_args);
+  ::setenv("K3_FAULTS", "no-direct=1", 1);
+  auto buffered = RunK3(buffered_args);
+  ::unsetenv("K3_FAULTS");
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  ASSERT_EQ(buffered.exit_code, 0) << buffered.err;
+  EXPECT_EQ(buffered.out, direct.out);
+  EXPECT_THAT(direct.err, HasSubstr(", O_DIRECT\n"));
+  EXPECT_THAT(buffered.err, HasSubstr("the file system refuses O_DIRECT; reading through the"));
+  EXPECT_THAT(buffered.err, HasSubstr("buffered: the file system refused O_DIRECT for"));
+  const auto d = nlohmann::json::parse(testing::ReadAll(dir / "direct.json"));
+  const auto b = nlohmann::json::parse(testing::ReadAll(dir / "buffered.json"));
+  EXPECT_EQ(d["settings"]["buffered_files"], 0);
+  EXPECT_GT(b["settings"]["buffered_files"].get<int>(), 0);
+  EXPECT_EQ(b["generated_ids"], d["generated_ids"]);
 }
 
 }  // namespace

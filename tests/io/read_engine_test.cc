@@ -178,6 +178,40 @@ TEST_P(ReadEngineTest, DemandJumpsAheadOfQueuedPrefetches) {
   EXPECT_EQ(engine->stats().peak_requests_in_flight, 1);
 }
 
+// At depth 1 a prefetch of several chunks may hold the only slot when a demand read arrives.
+// The demand read cannot be admitted until the prefetch ends, so the prefetch's remaining
+// chunks must still go out (holding them back for the queued demand read deadlocked both).
+TEST_P(ReadEngineTest, ADemandReadQueuedBehindAPrefetchHoldingTheOnlySlotLetsItFinish) {
+  EngineOptions o = OptionsFor(GetParam());
+  o.queue_depth = 1;
+  o.chunk_bytes = 64 << 10;
+  o.chunks_per_request = 1;
+  o.faults = std::make_shared<FaultPlan>();
+  o.faults->Hold(1, 1);
+  K3_CREATE_ENGINE_OR_SKIP(engine, o);
+  auto f = engine->OpenFile(file_.path);
+  ASSERT_TRUE(f.ok());
+  auto arena = MakeArena(2 << 20);
+  ASSERT_TRUE(engine
+                  ->Submit(MakeRequest(*f, 0, 256 << 10, arena->Slice(0, 256 << 10),
+                                       Priority::kPrefetch, 0))
+                  .ok());
+  ASSERT_TRUE(o.faults->AwaitHeld(1));  // its first chunk is at the device, three to go
+  ASSERT_TRUE(engine
+                  ->Submit(MakeRequest(*f, 1 << 20, 8192, arena->Slice(1 << 20, 8192),
+                                       Priority::kDemand, 1))
+                  .ok());
+  o.faults->Release();
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 2; ++i) {
+    auto r = engine->WaitAny(absl::Minutes(1));  // a bound only for a deadlocked engine
+    ASSERT_TRUE(r && r->status.ok()) << "after " << ::testing::PrintToString(order);
+    EXPECT_TRUE(SameBytes(file_, r->user_data << 20, r->data));
+    order.push_back(r->user_data);
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{0, 1}));
+}
+
 TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
   EngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 4;  // at most 2 prefetches in flight

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3::testing {
@@ -67,5 +68,22 @@ inline K3Result RunShell(const std::string& script) {
   r.err = ReadAll(io / "err");
   return r;
 }
+
+// A suite's own tiny checkpoint, made once with the binary under test (`k3 synth --preset
+// tiny`) into a temp dir: Model().
+class K3TinyModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    auto r = RunK3({"synth", "--preset", "tiny", "--out", Model(), "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Model() { return *dir_ / "model"; }
+  static inline TempDir* dir_ = nullptr;
+};
 
 }  // namespace k3::testing

@@ -1,0 +1,271 @@
+// k3 tune: which queue depth, prefetch distance and width and compute threads make this model
+// fastest on this volume (apps/tune/tune_sweep.h for how), printed as a table and as flags, and
+// written as a settings file that generate, chat, bench and serve take (--settings FILE).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "apps/bench/decode_bench.h"
+#include "apps/bench/raw_bench.h"
+#include "apps/cli.h"
+#include "apps/commands.h"
+#include "apps/engine_flags.h"
+#include "apps/flags.h"
+#include "apps/run_report.h"
+#include "apps/settings_file.h"
+#include "apps/tune/tune_sweep.h"
+#include "core/checkpoint.h"
+#include "io/file.h"
+#include "io/storage_profile.h"
+
+ABSL_DECLARE_FLAG(int32_t, tokens);
+ABSL_FLAG(double, budget_s, 600,
+          "k3 tune: seconds the sweep may take, confirmation included (it skips what does not "
+          "fit, and says so).");
+ABSL_FLAG(std::vector<std::string>, prefetch_widths, {},
+          "k3 tune: prefetch widths to try when lookahead is on (0 = the top-k; default 0 and "
+          "twice the top-k).");
+ABSL_FLAG(std::vector<std::string>, thread_counts, {},
+          "k3 tune: compute thread counts to try (0 = one per core; default 0, 1 and half the "
+          "cores).");
+ABSL_FLAG(std::string, out_settings, "",
+          "k3 tune: write the recommended settings to this file (for --settings).");
+
+namespace k3::cli {
+namespace {
+
+constexpr char kName[] = "tune";
+
+absl::StatusOr<std::vector<int>> ListOr(std::string_view flag,
+                                        const std::vector<std::string>& values,
+                                        std::vector<int> fallback, int min, int max) {
+  auto v = ParseIntList(flag, values, min, max);
+  if (!v.ok() || v->empty()) return v.ok() ? fallback : v;
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+  return v;
+}
+
+std::vector<int> DefaultThreadCounts() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> v = {0};
+  for (int t : {1, cores / 2}) {
+    if (t >= 1 && t < cores && std::find(v.begin(), v.end(), t) == v.end()) v.push_back(t);
+  }
+  return v;
+}
+
+// Every value list a dimension may have; the engine's defaults are always among them.
+absl::StatusOr<std::vector<tune::Dimension>> Dimensions(const ModelConfig& config) {
+  const int top_k = static_cast<int>(config.num_experts_per_token);
+  auto qd = ListOr("queue-depth", absl::GetFlag(FLAGS_queue_depth), {1, 4, 8, 16, 32, 64}, 1, 4096);
+  auto dist = ListOr("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), {0, 1, 2}, 0, 64);
+  auto width =
+      ListOr("prefetch-widths", absl::GetFlag(FLAGS_prefetch_widths), {0, 2 * top_k}, 0, 4096);
+  auto threads =
+      ListOr("thread-counts", absl::GetFlag(FLAGS_thread_counts), DefaultThreadCounts(), 0, 1024);
+  for (const auto* s : {&qd, &dist, &width, &threads}) {
+    if (!s->ok()) return s->status();
+  }
+  return std::vector<tune::Dimension>{
+      {"queue-depth", &EngineOptions::queue_depth, *qd},
+      {"prefetch-distance", &EngineOptions::prefetch_distance, *dist},
+      {"prefetch-width", &EngineOptions::prefetch_width, *width},
+      {"threads", &EngineOptions::threads, *threads}};
+}
+
+std::string Sig3(double v) { return bench::Sig3(v); }
+
+void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
+                const std::vector<tune::Dimension>& dims) {
+  std::printf("| setting | value | s/token (median) | min-max | runs | x the value before | |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const tune::DimensionResult& d : r.dimensions) {
+    if (!d.skipped.empty()) {
+      std::printf("| %s | %d | - | - | 0 | - | skipped: %s |\n", d.flag.c_str(), d.before,
+                  d.skipped.c_str());
+      continue;
+    }
+    double before = 0;
+    for (const tune::Trial& t : d.trials) {
+      if (t.value == d.before) before = bench::Median(t.seconds_per_token);
+    }
+    for (const tune::Trial& t : d.trials) {
+      const double m = bench::Median(t.seconds_per_token);
+      const auto [lo, hi] =
+          std::minmax_element(t.seconds_per_token.begin(), t.seconds_per_token.end());
+      std::string note = t.value == d.chosen ? "chosen" : "";
+      if (t.value == tune::ValueOf(defaults, dims, d.flag)) {
+        note += note.empty() ? "default" : ", default";
+      }
+      std::printf("| %s | %d | %s | %s-%s | %zu | %s | %s |\n", d.flag.c_str(), t.value,
+                  Sig3(m).c_str(), Sig3(*lo).c_str(), Sig3(*hi).c_str(), t.seconds_per_token.size(),
+                  before > 0 ? absl::StrFormat("%.2f", before / m).c_str() : "-", note.c_str());
+    }
+  }
+}
+
+std::map<std::string, std::string> Flags(const EngineOptions& o,
+                                         const std::vector<tune::Dimension>& dims) {
+  std::map<std::string, std::string> flags;
+  for (const tune::Dimension& d : dims) flags[d.flag] = absl::StrCat(o.*d.field);
+  return flags;
+}
+
+std::string AsFlags(const std::map<std::string, std::string>& flags) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : flags) parts.push_back(absl::StrCat("--", name, " ", value));
+  return absl::StrJoin(parts, " ");
+}
+
+// The verdict lines under the table; the figures the settings file keeps.
+nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profile,
+                            const std::vector<tune::Dimension>& dims) {
+  const auto flags = Flags(r.best, dims);
+  std::printf("\nrecommended (%s): %s\n", profile.c_str(), AsFlags(flags).c_str());
+  nlohmann::json measured = {{"runs", r.runs}, {"seconds", r.elapsed_seconds}};
+  const bool swept = std::any_of(r.dimensions.begin(), r.dimensions.end(),
+                                 [](const tune::DimensionResult& d) { return d.skipped.empty(); });
+  if (r.pair_ratios.empty() && !swept) {
+    std::printf("nothing was swept: these are the defaults\n");
+  } else if (r.pair_ratios.empty()) {
+    std::printf("these are the defaults: no value beat them by %.0f %% or more\n",
+                100 * tune::kMargin);
+  } else {
+    const auto [lo, hi] = std::minmax_element(r.pair_ratios.begin(), r.pair_ratios.end());
+    const double ratio = bench::Median(r.pair_ratios);
+    std::printf(
+        "confirming run: %.2fx the defaults' speed (median of %zu alternating pairs, pairs "
+        "%.2fx-%.2fx): defaults %s s/token, the pick %s s/token\n",
+        ratio, r.pair_ratios.size(), *lo, *hi, Sig3(bench::Median(r.default_seconds)).c_str(),
+        Sig3(bench::Median(r.best_seconds)).c_str());
+    if (r.pick_rejected) {
+      std::printf("the sweep's pick was not faster when confirmed: the defaults stay\n");
+    }
+    measured["speedup_over_defaults"] = ratio;
+    measured["pair_ratios"] = r.pair_ratios;
+  }
+  std::printf("tokens: all %d runs decoded the same %zu tokens\n", r.runs, r.tokens.size());
+  return {{"flags", flags}, {"measured", measured}};
+}
+
+int RunTune(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  auto base = BaseEngineOptionsFromFlags();
+  if (!base.ok()) return ReportError(kName, base.status());
+  auto dir = ModelDirFromFlags();
+  if (!dir.ok()) return ReportError(kName, dir.status());
+  base->model_dir = *dir;
+  base->show_progress = false;
+  auto ckpt = Checkpoint::Open(*dir);
+  if (!ckpt.ok()) return ReportError(kName, ckpt.status());
+  auto dims = Dimensions((*ckpt)->config());
+  if (!dims.ok()) return UsageError(kName, std::string(dims.status().message()));
+  std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
+  if (profile_flags.empty()) profile_flags = {"direct"};
+  auto parsed = io::ParseStorageProfileList(profile_flags);  // the flag split them at commas
+  if (!parsed.ok()) {
+    return UsageError(kName, absl::StrCat("--storage-profile: ", parsed.status().message()));
+  }
+  std::vector<std::string> profiles;
+  for (const io::StorageProfile& p : *parsed) profiles.push_back(p.name);
+  const double budget = absl::GetFlag(FLAGS_budget_s);
+  const int tokens = absl::GetFlag(FLAGS_tokens);
+  const int rounds = absl::GetFlag(FLAGS_repeat);
+  if (budget <= 0) return UsageError(kName, "--budget-s must be positive");
+  if (tokens < 2) return UsageError(kName, "--tokens must be at least 2");
+  if (rounds < 1) return UsageError(kName, "--repeat must be at least 1");
+  if (base->max_context < bench::kPromptTokens + tokens) {
+    return UsageError(
+        kName, absl::StrCat("--max-context must be at least ", bench::kPromptTokens + tokens));
+  }
+  InstallInterruptHandler();
+  nlohmann::json by_profile = nlohmann::json::object();
+  nlohmann::json first;
+  for (const std::string& profile : profiles) {
+    tune::SweepOptions o{
+        .defaults = *base,
+        .dimensions = *dims,
+        .prompt = bench::PromptIds(absl::GetFlag(FLAGS_seed), (*ckpt)->config().vocab_size),
+        .tokens = tokens,
+        .rounds = rounds,
+        .budget_seconds = budget / static_cast<double>(profiles.size()),
+        .quiet = absl::GetFlag(FLAGS_quiet),
+        .show_bar = ShowProgress(),
+        .label = profile};
+    o.defaults.storage_profile = profile;
+    auto r = tune::Sweep(o);
+    if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kName, r.status());
+    std::printf(
+        "%sk3 tune: %s, profile %s: %d cold runs of %d tokens in %.1f s (budget %.0f s)\n\n",
+        first.is_null() ? "" : "\n", dir->c_str(), profile.c_str(), r->runs, tokens,
+        r->elapsed_seconds, o.budget_seconds);
+    PrintTable(*r, o.defaults, *dims);
+    nlohmann::json verdict = PrintVerdict(*r, profile, *dims);
+    if (first.is_null()) first = verdict;
+    by_profile[profile] = verdict;
+  }
+  if (const std::string out = absl::GetFlag(FLAGS_out_settings); !out.empty()) {
+    const nlohmann::json file = SettingsJson(
+        first["flags"].get<std::map<std::string, std::string>>(),
+        {{"model", *dir},
+         {"tuned", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())},
+         {"tokens", tokens},
+         {"profiles", by_profile}});
+    if (absl::Status st = io::WriteFileAtomically(out, file.dump(2) + "\n"); !st.ok()) {
+      return ReportError(kName, st);
+    }
+    std::printf("settings written to %s: k3 generate|chat|bench|serve --settings %s\n", out.c_str(),
+                out.c_str());
+  }
+  return kExitOk;
+}
+
+std::vector<std::string_view> TuneFlagNames() {
+  std::vector<std::string_view> flags = {
+      "budget-s", "prefetch-widths", "thread-counts", "out-settings",
+      "tokens",   "repeat",          "seed",          "quiet"};
+  for (std::string_view f : EngineFlagNames()) {
+    if (f != "settings" && f != "prefetch-width" && f != "threads") flags.push_back(f);
+  }
+  return flags;
+}
+
+}  // namespace
+
+const Subcommand& TuneCommand() {
+  static const Subcommand kCommand = {
+      kName,
+      "find the fastest queue depth, prefetch distance and width and threads on this volume",
+      "tune --model DIR [--budget-s 600] [--queue-depth 1,4,8,16,32,64] [--prefetch-distance "
+      "0,1,2]\n"
+      "               [--prefetch-widths 0,W] [--thread-counts 0,1] [--storage-profile P,...]\n"
+      "               [--tokens N] [--repeat R] [--out-settings FILE] [memory flags]",
+      "Sweeps one setting at a time, in this order: queue depth, prefetch distance, prefetch\n"
+      "width (only when lookahead is chosen), compute threads. Each value runs --repeat short\n"
+      "cold runs (a fresh engine, the 16-token prompt of --seed, --tokens greedy steps; the\n"
+      "median step is the run's s/token), the values alternated round by round so that each\n"
+      "sees the same noise; a value replaces the current one only when its median is at least\n"
+      "3 % faster. Then a confirming run alternates the defaults and the pick --repeat times.\n"
+      "Prints a table per storage profile, the recommended flags and how much faster they were\n"
+      "than the defaults (median and spread of the confirming pairs); if the pick was not\n"
+      "faster there, the defaults stay. Every run must decode the same tokens (it says so; a\n"
+      "setting that changed them is an error, exit 1). --budget-s bounds the time: what does\n"
+      "not fit is skipped and named. --out-settings writes a file that generate, chat, bench and\n"
+      "serve take with --settings FILE (flags on their command line still win). See\n"
+      "docs/BENCHMARKS.md.",
+      TuneFlagNames(),
+      RunTune};
+  return kCommand;
+}
+
+}  // namespace k3::cli
