@@ -137,7 +137,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   batch.sampler = r.sampler;
   if (!r.seeded)
     batch.sampler.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  batch.stop_ids = stop_ids_;
+  const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
+  batch.stop_ids = stop_ids;
   const std::vector<int32_t> prompt_ids =
       r.return_token_ids ? batch.prompt : std::vector<int32_t>{};
   absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch));
@@ -148,7 +149,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     return SendError(res, error);
   }
   auto follower = std::make_shared<Follower>(
-      *job, ReplyText(tok_, endpoint == Endpoint::kChat, stop_ids_, r.stop));
+      *job, ReplyText(tok_, endpoint == Endpoint::kChat, stop_ids, r.stop));
   json head = {{"id", NewId(endpoint)},
                {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", static_cast<int64_t>(std::time(nullptr))},

@@ -34,6 +34,7 @@ constexpr std::string_view kCommon[] = {"model",
                                         "user",
                                         "top_k",
                                         "return_token_ids",
+                                        "ignore_eos",
                                         "presence_penalty",
                                         "frequency_penalty",
                                         "logit_bias",
@@ -300,6 +301,7 @@ std::optional<ApiError> Parse(const json& j, Endpoint endpoint, CompletionReques
   }
   if (auto e = ReadFlag(j, "stream", r.stream)) return e;
   if (auto e = ReadFlag(j, "return_token_ids", r.return_token_ids)) return e;
+  if (auto e = ReadFlag(j, "ignore_eos", r.ignore_eos)) return e;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const json& o = j["stream_options"];
     if (!o.is_object()) return Invalid("stream_options", "'stream_options' must be an object");

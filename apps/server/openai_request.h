@@ -42,6 +42,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // as vLLM: prompt_token_ids and token_ids in the answer
+  bool ignore_eos = false;        // as vLLM: no stop ids, max_tokens tokens (stop strings apply)
 };
 
 struct ParseResult {

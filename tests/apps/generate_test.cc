@@ -97,6 +97,28 @@ TEST(GenerateTest, PrefillChunkAndThreadCountDoNotChangeABit) {
   EXPECT_EQ(outputs[0], outputs[2]);
 }
 
+// On a terminal (stdout and stderr the same tty) the text comes whole, and the per-step table
+// after it: no row cuts into the text. `script` gives the run a pseudo-terminal.
+TEST(GenerateTest, OnATerminalTheTextComesWholeAndTheTableAfterIt) {
+  if (testing::RunShell("command -v script >/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "script (util-linux) is not installed";
+  }
+  testing::TempDir dir;
+  ASSERT_EQ(RunK3({"synth", "--preset", "tiny", "--out", dir / "m", "--quiet"}).exit_code, 0);
+  auto piped = RunK3({"generate", "-m", dir / "m", "--ids", "1,2,3", "-n", "12", "--ignore-eos"});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  ASSERT_GT(piped.out.size(), 1u);
+  const std::string text = piped.out.substr(0, piped.out.size() - 1);  // the final newline
+  auto tty = testing::RunShell("script -qec \"$K3 generate -m " + (dir / "m") +
+                               " --ids 1,2,3 -n 12 --ignore-eos\" /dev/null");
+  ASSERT_EQ(tty.exit_code, 0) << tty.out << tty.err;
+  const size_t at = tty.out.find(text);
+  const size_t table = tty.out.find(" step    token");
+  ASSERT_NE(at, std::string::npos) << tty.out;
+  ASSERT_NE(table, std::string::npos) << tty.out;
+  EXPECT_LT(at, table);
+}
+
 struct GenerateError {
   const char* name;
   std::vector<std::string> args;

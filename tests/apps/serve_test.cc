@@ -186,8 +186,9 @@ TEST_F(ServeTest, AClientThatDisconnectsMidStreamIsCancelledAndFreesItsPlace) {
 TEST_F(ServeTest, AFullQueueAnswers429WithRetryAfter) {
   ServeProcess server({"-m", model(), "--batch", "1", "--max-queue", "1"});
   // One stream holds the batch's place and one waits (curl in the background, each reading
-  // an endless stream); a third request finds the queue full.
-  const std::string body = R"({"prompt": "hold", "max_tokens": 4000, "stream": true})";
+  // an endless stream: no stop id may end it early); a third request finds the queue full.
+  const std::string body =
+      R"({"prompt": "hold", "max_tokens": 4000, "stream": true, "ignore_eos": true})";
   testing::TempDir io;
   for (int i = 0; i < 2; ++i) {
     const std::string cmd = "curl -sN -H 'Content-Type: application/json' --data-binary " +
@@ -216,8 +217,10 @@ TEST_F(ServeTest, SigtermEndsTheLiveStreamsWithAnErrorEventAndExitsZero) {
   testing::TempDir io;
   const std::string cmd =
       "curl -sN -H 'Content-Type: application/json' --data-binary " +
-      testing::ShellQuote(R"({"prompt": "hold", "max_tokens": 4000, "stream": true})") + " " +
-      server.url("/v1/completions") + " > " + io / "stream" + " 2>&1 & echo $! > " + io / "pid";
+      testing::ShellQuote(
+          R"({"prompt": "hold", "max_tokens": 4000, "stream": true, "ignore_eos": true})") +
+      " " + server.url("/v1/completions") + " > " + io / "stream" + " 2>&1 & echo $! > " +
+      io / "pid";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   ASSERT_TRUE(testing::WaitForMetric(server, "k3_live_sequences", 1));
   EXPECT_EQ(server.Stop(), 0) << server.log();

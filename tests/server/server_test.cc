@@ -55,6 +55,11 @@ TEST(OpenAiRequestTest, ReadsPromptsAsTextIdsOrAListOfOne) {
   ASSERT_TRUE(text.request);
   EXPECT_EQ(*text.request->prompt_text, "once");
   EXPECT_EQ(*text.request->max_tokens, 3);
+  EXPECT_FALSE(text.request->ignore_eos);
+  const ParseResult all =
+      ParseCompletionRequest(R"({"prompt": "x", "ignore_eos": true})", Endpoint::kCompletion);
+  ASSERT_TRUE(all.request);
+  EXPECT_TRUE(all.request->ignore_eos);  // as vLLM: the stop ids do not end it
 }
 
 TEST(OpenAiRequestTest, NeutralValuesOfUnsupportedOptionsAreAccepted) {
@@ -84,6 +89,7 @@ TEST(OpenAiRequestTest, ErrorsNameTheField) {
       {R"({"prompt": "x", "stream_options": {"x": 1}})", "stream_options.x"},
       {R"({"prompt": "x", "model": 5})", "model"},
       {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+      {R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
   };
   for (const auto& [body, param] : cases) {
     const ParseResult r = ParseCompletionRequest(body, Endpoint::kCompletion);
