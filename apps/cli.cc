@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -50,8 +49,7 @@ bool Accepts(const Subcommand& sub, std::string_view typed) {
 
 std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv, int first) {
   std::vector<std::string> positional;
-  std::map<std::string, int> seen;
-  std::set<std::string> given;
+  std::map<std::string, int> seen;  // times each flag was given
   for (int i = first; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") {
@@ -93,7 +91,7 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
       Fail(sub,
            absl::StrCat("flag --", name, " does not apply to 'k3 ", std::string(sub.name), "'"));
     }
-    given.insert(name);
+    const bool repeated = seen[name]++ > 0;
     if (flag->IsOfType<bool>()) {
       if (!value) value = negated ? "false" : "true";
     } else if (!value) {
@@ -101,7 +99,7 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
       value = argv[++i];
     }
     // Repeating a list flag appends (--stop-id 1 --stop-id 2); others: the last one wins.
-    if (flag->IsOfType<std::vector<std::string>>() && seen[name]++ > 0) {
+    if (flag->IsOfType<std::vector<std::string>>() && repeated) {
       value = absl::StrCat(flag->CurrentValue(), ",", *value);
     }
     std::string error;
@@ -112,7 +110,7 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
   if (const std::string settings = absl::GetFlag(FLAGS_settings);
       Accepts(sub, "settings") && !settings.empty()) {
     absl::Status st = ApplySettingsFile(settings, [&](std::string_view name) {
-      return Accepts(sub, name) && !given.contains(std::string(name));
+      return Accepts(sub, name) && !seen.contains(std::string(name));
     });
     if (!st.ok()) Fail(sub, std::string(st.message()));
   }

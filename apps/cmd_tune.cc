@@ -23,7 +23,7 @@
 #include "apps/run_report.h"
 #include "apps/settings_file.h"
 #include "apps/tune/tune_sweep.h"
-#include "core/checkpoint.h"
+#include "core/config.h"
 #include "io/file.h"
 #include "io/storage_profile.h"
 
@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<tune::Dimension>> Dimensions(const ModelConfig& confi
       {"threads", &EngineOptions::threads, *threads}};
 }
 
-std::string Sig3(double v) { return bench::Sig3(v); }
+using bench::Sig3;
 
 void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
                 const std::vector<tune::Dimension>& dims) {
@@ -166,9 +166,10 @@ int RunTune(const std::vector<std::string>& positional) {
   if (!dir.ok()) return ReportError(kName, dir.status());
   base->model_dir = *dir;
   base->show_progress = false;
-  auto ckpt = Checkpoint::Open(*dir);
-  if (!ckpt.ok()) return ReportError(kName, ckpt.status());
-  auto dims = Dimensions((*ckpt)->config());
+  // The config alone: every run opens the checkpoint anyway, and its header is the slow part.
+  auto config = LoadModelConfig(*dir + "/config.json");
+  if (!config.ok()) return ReportError(kName, config.status());
+  auto dims = Dimensions(*config);
   if (!dims.ok()) return UsageError(kName, std::string(dims.status().message()));
   std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
   if (profile_flags.empty()) profile_flags = {"direct"};
@@ -192,16 +193,15 @@ int RunTune(const std::vector<std::string>& positional) {
   nlohmann::json by_profile = nlohmann::json::object();
   nlohmann::json first;
   for (const std::string& profile : profiles) {
-    tune::SweepOptions o{
-        .defaults = *base,
-        .dimensions = *dims,
-        .prompt = bench::PromptIds(absl::GetFlag(FLAGS_seed), (*ckpt)->config().vocab_size),
-        .tokens = tokens,
-        .rounds = rounds,
-        .budget_seconds = budget / static_cast<double>(profiles.size()),
-        .quiet = absl::GetFlag(FLAGS_quiet),
-        .show_bar = ShowProgress(),
-        .label = profile};
+    tune::SweepOptions o{.defaults = *base,
+                         .dimensions = *dims,
+                         .prompt = bench::PromptIds(absl::GetFlag(FLAGS_seed), config->vocab_size),
+                         .tokens = tokens,
+                         .rounds = rounds,
+                         .budget_seconds = budget / static_cast<double>(profiles.size()),
+                         .quiet = absl::GetFlag(FLAGS_quiet),
+                         .show_bar = ShowProgress(),
+                         .label = profile};
     o.defaults.storage_profile = profile;
     auto r = tune::Sweep(o);
     if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kName, r.status());

@@ -45,9 +45,10 @@ const nlohmann::json* FlagsFor(const nlohmann::json& file) {
 absl::Status ApplySettingsFile(const std::string& path,
                                const std::function<bool(std::string_view)>& applies) {
   auto text = io::ReadFileToString(path);
-  if (!text.ok())
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--settings ", path, ": ", text.status().message()));
+  }
   const auto file = nlohmann::json::parse(*text, nullptr, false);
   const auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("--settings ", path, ": ", what));

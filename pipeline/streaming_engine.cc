@@ -44,8 +44,7 @@ class StreamingEngine : public Engine {
     io::ReadLog log{.paths = {}, .reads = reads_->TakeLog(), .options = reads_->options()};
     log.options.arena = nullptr;
     log.options.faults = nullptr;
-    std::vector<io::FileId> ids = shard_files_;
-    if (pack_ != nullptr) ids.push_back(pack_file_);
+    const std::vector<io::FileId> ids = FileIds();
     log.paths.resize(*std::max_element(ids.begin(), ids.end()) + 1);
     for (io::FileId id : ids) log.paths[id] = reads_->file(id).path;
     return log;
@@ -83,7 +82,7 @@ class StreamingEngine : public Engine {
 
   std::string DescribeReads() const override {
     const int buffered = BufferedFiles();
-    const int files = static_cast<int>(shard_files_.size()) + (pack_ != nullptr ? 1 : 0);
+    const size_t files = FileIds().size();
     std::string line = absl::StrCat("  reads                 ", std::string(reads_->backend_name()),
                                     ", queue depth ", options_.queue_depth, ", ");
     if (buffered == 0) return absl::StrCat(line, "O_DIRECT\n");
@@ -123,9 +122,15 @@ class StreamingEngine : public Engine {
   absl::Status Init(const EngineOptions& options);
 
  private:
-  int BufferedFiles() const {
+  // Every file the engine reads: the shards, and the trunk pack when there is one.
+  std::vector<io::FileId> FileIds() const {
     std::vector<io::FileId> ids = shard_files_;
     if (pack_ != nullptr) ids.push_back(pack_file_);
+    return ids;
+  }
+
+  int BufferedFiles() const {
+    const std::vector<io::FileId> ids = FileIds();
     return static_cast<int>(std::count_if(ids.begin(), ids.end(),
                                           [&](io::FileId id) { return !reads_->file(id).direct; }));
   }

@@ -61,6 +61,7 @@ struct Figures {
   double io_floor_seconds = NAN;
   double ratio_to_floor = NAN;
   double floor_gbps = NAN;
+  double mean_step_seconds = NAN;  // decode time / tokens (the replay covers every step)
   double stall_fraction = NAN;
   double disk_busy_fraction = NAN;
   double hit_rate = NAN;

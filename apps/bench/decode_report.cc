@@ -43,9 +43,9 @@ Figures RunFigures(const DecodeRun& r) {
   f.prefetch_used_gb = per_token_gb(m.expert_prefetch_used_bytes);
   f.prefetch_wasted_gb = per_token_gb(m.expert_prefetch_wasted_bytes);
   f.trunk_gb = per_token_gb(m.trunk_bytes);
+  f.mean_step_seconds = Ratio(m.seconds, tokens);
   if (r.floor.bytes > 0) {  // a run that read nothing has no floor ("-")
     f.io_floor_seconds = Ratio(r.floor.seconds, tokens);
-    f.ratio_to_floor = Ratio(m.seconds, tokens);  // the run's mean decode step, for now
     f.floor_gbps = Ratio(static_cast<double>(r.floor.bytes) / 1e9, r.floor.seconds);
   }
   return f;
@@ -198,7 +198,7 @@ Figures Summarize(const DecodeRow& row) {
        {&Figures::seconds_per_token, &Figures::gb_per_token, &Figures::stall_fraction,
         &Figures::disk_busy_fraction, &Figures::hit_rate, &Figures::precision, &Figures::recall,
         &Figures::prefill_seconds, &Figures::demand_gb, &Figures::prefetch_used_gb,
-        &Figures::prefetch_wasted_gb, &Figures::trunk_gb, &Figures::ratio_to_floor,
+        &Figures::prefetch_wasted_gb, &Figures::trunk_gb, &Figures::mean_step_seconds,
         &Figures::floor_gbps}) {
     f.*field = MedianOf(runs, field);
   }
@@ -209,7 +209,7 @@ Figures Summarize(const DecodeRow& row) {
   for (const Figures& r : runs) {
     f.io_floor_seconds = std::fmin(f.io_floor_seconds, r.io_floor_seconds);  // skips NaN
   }
-  f.ratio_to_floor = Ratio(f.ratio_to_floor, f.io_floor_seconds);
+  f.ratio_to_floor = Ratio(f.mean_step_seconds, f.io_floor_seconds);
   // From the medians, so that the table's columns reproduce each other.
   f.tokens_per_second = Ratio(1, f.seconds_per_token);
   return f;

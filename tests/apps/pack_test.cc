@@ -19,25 +19,12 @@ using testing::RunK3;
 constexpr int kFailure = 1;
 constexpr int kUsage = 2;
 
-class PackCommandTest : public ::testing::Test {
+class PackCommandTest : public testing::K3TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    auto r = RunK3({"synth", "--preset", "tiny", "--out", Model(), "--quiet"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string Model() { return *dir_ / "model"; }
   std::string Out() const { return out_.path(); }
 
-  static testing::TempDir* dir_;
   testing::TempDir out_;
 };
-
-testing::TempDir* PackCommandTest::dir_ = nullptr;
 
 TEST_F(PackCommandTest, PacksVerifiesAndSummarises) {
   auto r = RunK3({"pack", "--model", Model(), "--out", Out()});
