@@ -475,6 +475,11 @@ absl::Status Checkpoint::ReadTensor(const TensorInfo& tensor, std::span<uint8_t>
   return files_[tensor.shard]->ReadAt(tensor.file_offset, out);
 }
 
+absl::StatusOr<std::span<const uint8_t>> Checkpoint::ReadTensorDirect(
+    const TensorInfo& tensor, std::span<uint8_t> buffer) const {
+  return files_[tensor.shard]->ReadDirect(tensor.file_offset, tensor.byte_size, buffer);
+}
+
 absl::Status Checkpoint::ReadSpan(const ByteSpan& span, std::span<uint8_t> out) const {
   return files_[span.shard]->ReadAt(span.offset, out.first(span.length));
 }

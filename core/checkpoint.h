@@ -100,6 +100,10 @@ class Checkpoint {
 
   // Reads a (small) tensor's bytes; for trunk tensors and tools, not the streaming path.
   absl::Status ReadTensor(const TensorInfo& tensor, std::span<uint8_t> out) const;
+  // A large tensor read past the page cache into `buffer` (RandomAccessFile::ReadDirect: 4 KiB
+  // aligned, BufferBytesFor its range); returns where its bytes landed.
+  absl::StatusOr<std::span<const uint8_t>> ReadTensorDirect(const TensorInfo& tensor,
+                                                            std::span<uint8_t> buffer) const;
   // Reads a byte span of a shard (out.size() == span.length).
   absl::Status ReadSpan(const ByteSpan& span, std::span<uint8_t> out) const;
   // Reads a float tensor (BF16, F16 or F32) widened to fp32.

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "io/aligned_buffer.h"
 #include "io/tsan_mutex.h"
 
 namespace k3::io {
@@ -142,7 +143,66 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> RandomAccessFile::Open(const s
       new RandomAccessFile(path, fd, static_cast<uint64_t>(st.st_size)));
 }
 
-RandomAccessFile::~RandomAccessFile() { ::close(fd_); }
+RandomAccessFile::~RandomAccessFile() {
+  ::close(fd_);
+  if (const int d = direct_fd_.load(); d >= 0) ::close(d);
+}
+
+int RandomAccessFile::DirectFd() const {
+  int fd = direct_fd_.load();
+  if (fd != -1) return fd;
+  int opened = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  if (opened < 0) opened = -2;  // tmpfs and some FUSE file systems refuse O_DIRECT
+  if (!direct_fd_.compare_exchange_strong(fd, opened)) {
+    if (opened >= 0) ::close(opened);  // another thread opened it first
+    return fd;
+  }
+  return opened;
+}
+
+absl::StatusOr<std::span<const uint8_t>> RandomAccessFile::ReadDirect(
+    uint64_t offset, uint64_t length, std::span<uint8_t> buffer) const {
+  const AlignedExtent e = ExtentFor(offset, length);
+  if (buffer.size() < e.aligned_length ||
+      reinterpret_cast<uintptr_t>(buffer.data()) % kDirectAlignment != 0) {
+    return absl::InternalError(absl::StrCat("ReadDirect of ", path_, ": a buffer of ",
+                                            buffer.size(), " bytes, not 4 KiB-aligned or under ",
+                                            e.aligned_length));
+  }
+  const std::span<uint8_t> wanted = buffer.subspan(e.head, length);
+  const int fd = DirectFd();
+  if (fd < 0) {
+    if (absl::Status s = ReadAt(offset, wanted); !s.ok()) return s;
+    return wanted;
+  }
+  uint64_t done = 0;
+  while (done < e.head + length) {
+    ssize_t n = ::pread(fd, buffer.data() + done, e.aligned_length - done,
+                        static_cast<off_t>(e.aligned_offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && done == 0) {
+      // Accepted at open, refused at read (some file systems): read through the page cache.
+      if (absl::Status s = ReadAt(offset, wanted); !s.ok()) return s;
+      return wanted;
+    }
+    if (n < 0) {
+      return ErrnoStatus(errno,
+                         absl::StrCat("reading ", path_, " at offset ", e.aligned_offset + done));
+    }
+    // A read ends short only at the end of the file (which may end before the aligned extent).
+    if (n == 0 || (done + n) % kDirectAlignment != 0) {
+      done += static_cast<uint64_t>(n);
+      break;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  if (done < e.head + length) {
+    return absl::DataLossError(absl::StrCat(
+        path_, ": unexpected end of file at offset ", e.aligned_offset + done, " (needed ", length,
+        " bytes from offset ", offset, ", file size ", size_, ")"));
+  }
+  return wanted;
+}
 
 absl::Status RandomAccessFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   uint8_t* dst = out.data();

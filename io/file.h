@@ -3,6 +3,7 @@
 // sequential writer for large outputs (synthetic checkpoints, packed trunks).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,13 +42,23 @@ class RandomAccessFile {
   uint64_t size() const { return size_; }
   // Reads exactly out.size() bytes at offset; a short file is DataLoss naming file and offset.
   absl::Status ReadAt(uint64_t offset, std::span<uint8_t> out) const;
+  // The same, bypassing the page cache (O_DIRECT, no copy, nothing evicted) where the file
+  // system allows it: reads the aligned extent of the range (aligned_buffer.h) into `buffer`,
+  // 4 KiB-aligned and at least BufferBytesFor(offset, length) bytes, and returns where the
+  // bytes landed in it. For large one-time reads (the resident trunk at start-up).
+  absl::StatusOr<std::span<const uint8_t>> ReadDirect(uint64_t offset, uint64_t length,
+                                                      std::span<uint8_t> buffer) const;
 
  private:
   RandomAccessFile(std::string path, int fd, uint64_t size)
       : path_(std::move(path)), fd_(fd), size_(size) {}
+  // The O_DIRECT descriptor, opened on first use; -1 while none, -2 once the file system
+  // refused O_DIRECT (reads are then buffered).
+  int DirectFd() const;
   std::string path_;
   int fd_;
   uint64_t size_;
+  mutable std::atomic<int> direct_fd_ = -1;
 };
 
 // Streams a large file to disk: the caller appends bytes; full blocks are written by a

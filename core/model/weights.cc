@@ -142,18 +142,24 @@ std::vector<float> ToFloats(const TensorInfo& t, std::span<const uint8_t> raw) {
 
 class TrunkLoader {
  public:
-  TrunkLoader(const Checkpoint& ckpt, const TrunkResidency& residency,
-              std::vector<std::vector<uint8_t>>& storage,
+  TrunkLoader(const Checkpoint& ckpt, const TrunkResidency& residency, TrunkWeights& out,
               const std::function<void(uint64_t, uint64_t)>& progress)
-      : ckpt_(ckpt), residency_(residency), storage_(storage), progress_(progress) {
+      : ckpt_(ckpt), residency_(residency), out_(out), progress_(progress) {
+    uint64_t arena_bytes = 0;
     for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
       const TensorInfo* t = ckpt.Find(spec.name);
       if (t == nullptr) continue;  // Checkpoint::Open has refused checkpoints missing tensors
       if (IsResident(residency, spec)) {
         total_ += t->byte_size;
+        if (InArena(*t)) arena_bytes += io::BufferBytesFor(t->file_offset, t->byte_size);
       } else {
         streamed_.insert(t);
       }
+    }
+    if (arena_bytes == 0) return;
+    // Without one (no memory to map), every matrix goes to a vector as before.
+    if (auto arena = io::BufferArena::Create(arena_bytes); arena.ok()) {
+      out_.arena = *std::move(arena);
     }
   }
 
@@ -170,6 +176,7 @@ class TrunkLoader {
       }
       return residency_.stream(*t);
     }
+    if (t != nullptr && InArena(*t) && ArenaRoom(*t)) return ArenaMat(*t);
     std::vector<uint8_t> owned;
     if (!Read(name, owned, t)) return {};
     Matrix m{t->dtype, owned.data(), static_cast<size_t>(t->shape[0]),
@@ -181,7 +188,7 @@ class TrunkLoader {
       m.data = owned.data();
       m.dtype = DType::kF32;
     }
-    storage_.push_back(std::move(owned));
+    out_.storage.push_back(std::move(owned));
     bytes_ += m.rows * m.cols * (m.dtype == DType::kBF16 ? 2 : 4);
     return m;
   }
@@ -202,6 +209,37 @@ class TrunkLoader {
   }
 
  private:
+  // The large matrices kept as stored go to the arena, read with O_DIRECT: zeroing a vector
+  // page by page and copying into it from the page cache made a cold start with a 2.3 GB
+  // layer resident take 18 s (4 s this way, docs/PERFORMANCE.md); the arena is mapped with huge
+  // pages and nothing is copied. A tensor at an odd offset (safetensors allows it) keeps the
+  // aligned copy of a vector.
+  static bool InArena(const TensorInfo& t) {
+    return t.shape.size() == 2 && t.dtype != DType::kF16 && t.byte_size >= kArenaMinBytes &&
+           t.file_offset % 8 == 0;
+  }
+  static constexpr uint64_t kArenaMinBytes = 1 << 20;
+
+  // Room for `t` (none when the arena could not be mapped, or for a matrix asked for twice).
+  bool ArenaRoom(const TensorInfo& t) const {
+    return out_.arena != nullptr &&
+           !out_.arena->Slice(arena_used_, io::BufferBytesFor(t.file_offset, t.byte_size)).empty();
+  }
+  Matrix ArenaMat(const TensorInfo& t) {
+    const uint64_t need = io::BufferBytesFor(t.file_offset, t.byte_size);
+    std::span<uint8_t> slot = out_.arena->Slice(arena_used_, need);
+    arena_used_ += need;
+    auto bytes = ckpt_.ReadTensorDirect(t, slot);
+    if (!bytes.ok()) {
+      Check(bytes.status());
+      return {};
+    }
+    if (progress_) progress_(done_ += t.byte_size, total_);
+    bytes_ += t.byte_size;
+    return {t.dtype, bytes->data(), static_cast<size_t>(t.shape[0]),
+            static_cast<size_t>(t.elements() / t.shape[0])};
+  }
+
   bool Read(const std::string& name, std::vector<uint8_t>& owned, const TensorInfo*& t) {
     t = ckpt_.Find(name);
     if (t == nullptr) {
@@ -223,7 +261,8 @@ class TrunkLoader {
 
   const Checkpoint& ckpt_;
   const TrunkResidency& residency_;
-  std::vector<std::vector<uint8_t>>& storage_;
+  TrunkWeights& out_;
+  uint64_t arena_used_ = 0;
   const std::function<void(uint64_t, uint64_t)> progress_;
   absl::flat_hash_set<const TensorInfo*> streamed_;
   absl::Status status_;
@@ -361,7 +400,7 @@ absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
   const ModelConfig& c = ckpt.config();
   const TensorNames& n = ckpt.names();
   auto out = std::make_unique<TrunkWeights>();
-  TrunkLoader ld(ckpt, residency, out->storage, progress);
+  TrunkLoader ld(ckpt, residency, *out, progress);
   const std::string embed = n.Global("model.embed_tokens.weight");
   if (residency.embedding) {
     out->embed = ld.Mat(embed);

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
+#include "io/aligned_buffer.h"
 
 namespace k3 {
 
@@ -120,7 +121,9 @@ struct TrunkWeights {
   // Every layer. Its vectors (norms, AttnRes folds, convolutions, gates' small parameters) are
   // always resident, a few hundred KB a layer; its matrices are resident or streamed.
   std::vector<LayerWeights> layers;
-  // Owns the bytes the resident matrices point into.
+  // Owns the bytes the resident matrices point into: the large ones in one arena (huge pages,
+  // read past the page cache), the small and the widened ones in vectors.
+  std::unique_ptr<io::BufferArena> arena;
   std::vector<std::vector<uint8_t>> storage;
   uint64_t bytes = 0;  // resident bytes
 };
