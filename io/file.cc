@@ -170,31 +170,26 @@ absl::StatusOr<std::span<const uint8_t>> RandomAccessFile::ReadDirect(
                                             e.aligned_length));
   }
   const std::span<uint8_t> wanted = buffer.subspan(e.head, length);
-  const int fd = DirectFd();
-  if (fd < 0) {
+  auto buffered = [&]() -> absl::StatusOr<std::span<const uint8_t>> {
     if (absl::Status s = ReadAt(offset, wanted); !s.ok()) return s;
     return wanted;
-  }
+  };
+  const int fd = DirectFd();
+  if (fd < 0) return buffered();
   uint64_t done = 0;
   while (done < e.head + length) {
     ssize_t n = ::pread(fd, buffer.data() + done, e.aligned_length - done,
                         static_cast<off_t>(e.aligned_offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && done == 0) {
-      // Accepted at open, refused at read (some file systems): read through the page cache.
-      if (absl::Status s = ReadAt(offset, wanted); !s.ok()) return s;
-      return wanted;
-    }
+    // Accepted at open, refused at read (some file systems): read through the page cache.
+    if (n < 0 && errno == EINVAL && done == 0) return buffered();
     if (n < 0) {
       return ErrnoStatus(errno,
                          absl::StrCat("reading ", path_, " at offset ", e.aligned_offset + done));
     }
-    // A read ends short only at the end of the file (which may end before the aligned extent).
-    if (n == 0 || (done + n) % kDirectAlignment != 0) {
-      done += static_cast<uint64_t>(n);
-      break;
-    }
     done += static_cast<uint64_t>(n);
+    // A read ends short only at the end of the file (which may end before the aligned extent).
+    if (n == 0 || done % kDirectAlignment != 0) break;
   }
   if (done < e.head + length) {
     return absl::DataLossError(absl::StrCat(

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -176,7 +177,9 @@ class TrunkLoader {
       }
       return residency_.stream(*t);
     }
-    if (t != nullptr && InArena(*t) && ArenaRoom(*t)) return ArenaMat(*t);
+    if (t != nullptr && InArena(*t)) {
+      if (std::optional<Matrix> m = ArenaMat(*t)) return *m;
+    }
     std::vector<uint8_t> owned;
     if (!Read(name, owned, t)) return {};
     Matrix m{t->dtype, owned.data(), static_cast<size_t>(t->shape[0]),
@@ -220,24 +223,23 @@ class TrunkLoader {
   }
   static constexpr uint64_t kArenaMinBytes = 1 << 20;
 
-  // Room for `t` (none when the arena could not be mapped, or for a matrix asked for twice).
-  bool ArenaRoom(const TensorInfo& t) const {
-    return out_.arena != nullptr &&
-           !out_.arena->Slice(arena_used_, io::BufferBytesFor(t.file_offset, t.byte_size)).empty();
-  }
-  Matrix ArenaMat(const TensorInfo& t) {
+  // nullopt when there is no room (the arena could not be mapped, or a matrix is asked for
+  // twice): the caller then reads it into a vector.
+  std::optional<Matrix> ArenaMat(const TensorInfo& t) {
+    if (out_.arena == nullptr) return std::nullopt;
     const uint64_t need = io::BufferBytesFor(t.file_offset, t.byte_size);
     std::span<uint8_t> slot = out_.arena->Slice(arena_used_, need);
+    if (slot.empty()) return std::nullopt;
     arena_used_ += need;
     auto bytes = ckpt_.ReadTensorDirect(t, slot);
     if (!bytes.ok()) {
       Check(bytes.status());
-      return {};
+      return Matrix{};
     }
     if (progress_) progress_(done_ += t.byte_size, total_);
     bytes_ += t.byte_size;
-    return {t.dtype, bytes->data(), static_cast<size_t>(t.shape[0]),
-            static_cast<size_t>(t.elements() / t.shape[0])};
+    return Matrix{t.dtype, bytes->data(), static_cast<size_t>(t.shape[0]),
+                  static_cast<size_t>(t.elements() / t.shape[0])};
   }
 
   bool Read(const std::string& name, std::vector<uint8_t>& owned, const TensorInfo*& t) {
