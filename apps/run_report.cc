@@ -150,7 +150,7 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
                            {"cache_bytes", engine.plan().cache_bytes},
                            {"pinned_trunk_bytes", engine.plan().pinned_trunk_bytes},
                            {"streamed_layers", engine.plan().streamed_layers()},
-                           {"ring_bytes", engine.plan().ring_slots * engine.plan().ring_slot_bytes},
+                           {"ring_bytes", engine.plan().ring_bytes()},
                            {"embedding_resident", engine.plan().embedding_resident},
                            {"lm_head_resident", engine.plan().lm_head_resident},
                            {"routers_resident", engine.plan().routers_resident}};

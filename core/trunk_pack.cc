@@ -13,24 +13,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/progress.h"
+#include "core/tensor_names.h"
+#include "core/trunk_codec.h"
+#include "core/trunk_manifest.h"
 #include "io/file.h"
-#include "nlohmann/json.hpp"
 
 namespace k3 {
 namespace {
-
-using json = nlohmann::json;
-using ojson = nlohmann::ordered_json;
 
 // Reads and compares in pieces of this size: large enough for sequential throughput, small
 // enough that a 2 GB embedding never needs a 2 GB buffer.
 constexpr uint64_t kChunkBytes = 4 << 20;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return absl::StrCat(dir, "/", name);
-}
 
 // ---- CRC-32C ------------------------------------------------------------------------------
 
@@ -66,274 +61,34 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8
 
 // ---- Layout -------------------------------------------------------------------------------
 
-// Runs in file order (globals first, then layers in order), tensors in TrunkTensorSpecs order,
-// offsets assigned; hashes are filled in while copying.
-std::vector<PackedRun> PlanLayout(const Checkpoint& ckpt) {
+// Runs in file order (globals first, then layers in order), tensors in TrunkTensorSpecs order.
+// Offsets are assigned while writing (WriteRuns): a compressed tensor's size is known only
+// once it is encoded.
+std::vector<PackedRun> PlanLayout(const Checkpoint& ckpt, bool compress) {
   std::map<int64_t, std::vector<const TensorInfo*>> by_layer;  // -1 sorts first
+  absl::flat_hash_set<const TensorInfo*> compressible;
   for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
-    by_layer[spec.layer].push_back(ckpt.Find(spec.name));
+    const TensorInfo* t = ckpt.Find(spec.name);
+    by_layer[spec.layer].push_back(t);
+    if (compress && IsCompressible(*t, spec.group == TensorGroup::kEmbedding)) {
+      compressible.insert(t);
+    }
   }
   std::vector<PackedRun> runs;
-  uint64_t pos = 0;
   for (const auto& [layer, infos] : by_layer) {
-    PackedRun run{layer, pos, 0, {}};
+    PackedRun run{layer, 0, 0, {}};
     for (const TensorInfo* t : infos) {
-      pos = AlignUp(pos, kTensorAlignment);
-      run.tensors.push_back({t->name, t->dtype, t->shape, pos, t->byte_size, 0});
-      pos += t->byte_size;
+      PackedTensor p;
+      p.name = t->name;
+      p.dtype = t->dtype;
+      p.shape = t->shape;
+      p.length = p.stored = t->byte_size;
+      if (compressible.contains(t)) p.codec = kBf16Codec;
+      run.tensors.push_back(std::move(p));
     }
-    pos = AlignUp(std::max(pos, run.offset + 1), kRunAlignment);
-    run.length = pos - run.offset;
     runs.push_back(std::move(run));
   }
   return runs;
-}
-
-std::string LayerText(int64_t layer) {
-  return layer < 0 ? std::string("globals") : absl::StrCat("layer ", layer);
-}
-
-ojson ManifestJson(const ModelConfig& config, const std::vector<PackedRun>& runs,
-                   uint64_t pack_bytes) {
-  ojson jruns = ojson::array();
-  for (const PackedRun& run : runs) {
-    ojson tensors = ojson::array();
-    for (const PackedTensor& t : run.tensors) {
-      tensors.push_back({{"name", t.name},
-                         {"dtype", DTypeName(t.dtype)},
-                         {"shape", t.shape},
-                         {"offset", t.offset},
-                         {"length", t.length},
-                         {"crc32c", t.hash}});
-    }
-    ojson layer = run.layer < 0 ? ojson("globals") : ojson(run.layer);
-    jruns.push_back({{"layer", layer},
-                     {"offset", run.offset},
-                     {"length", run.length},
-                     {"tensors", std::move(tensors)}});
-  }
-  return {{"format", kTrunkPackFormat},
-          {"version", kTrunkPackVersion},
-          {"fingerprint", config.Fingerprint()},
-          {"pack_file", kTrunkPackFile},
-          {"pack_bytes", pack_bytes},
-          {"run_alignment", kRunAlignment},
-          {"tensor_alignment", kTensorAlignment},
-          {"runs", std::move(jruns)}};
-}
-
-// ---- Manifest parsing ---------------------------------------------------------------------
-
-// Reads typed fields; every error starts with the manifest's name and the key's path.
-class ManifestReader {
- public:
-  explicit ManifestReader(std::string source) : source_(std::move(source)) {}
-
-  absl::Status Error(const std::string& where, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", where, ": ", what));
-  }
-
-  absl::StatusOr<const json*> Field(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto it = obj.find(key);
-    if (it == obj.end()) return Error(Key(where, key), "missing");
-    return &*it;
-  }
-
-  absl::StatusOr<uint64_t> U64(const json& obj, const char* key, const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_number_unsigned()) {
-      return Error(Key(where, key),
-                   absl::StrCat("must be a non-negative integer, not ", (*f)->dump()));
-    }
-    return (*f)->get<uint64_t>();
-  }
-
-  absl::StatusOr<std::string> String(const json& obj, const char* key,
-                                     const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_string() || (*f)->get<std::string>().empty()) {
-      return Error(Key(where, key), "must be a non-empty string");
-    }
-    return (*f)->get<std::string>();
-  }
-
-  absl::StatusOr<const json*> Array(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (f.ok() && !(*f)->is_array()) return Error(Key(where, key), "must be an array");
-    return f;
-  }
-
-  static std::string Key(const std::string& where, const char* key) {
-    return where.empty() ? std::string(key) : absl::StrCat(where, ".", key);
-  }
-
- private:
-  std::string source_;
-};
-
-absl::StatusOr<DType> ParseDType(const std::string& name) {
-  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kU8}) {
-    if (name == DTypeName(d)) return d;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\""));
-}
-
-absl::StatusOr<std::vector<int64_t>> ParseShape(const json& j) {
-  if (!j.is_array()) return absl::InvalidArgumentError("must be an array of sizes");
-  std::vector<int64_t> shape;
-  for (const json& d : j) {
-    if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) {
-      return absl::InvalidArgumentError(absl::StrCat("size ", d.dump(), " is not a valid size"));
-    }
-    shape.push_back(d.get<int64_t>());
-  }
-  return shape;
-}
-
-// Bytes a tensor of this dtype and shape holds, or 0 on overflow (sizes are bounded above).
-uint64_t ShapeBytes(DType dtype, const std::vector<int64_t>& shape) {
-  unsigned __int128 n = DTypeSize(dtype);
-  for (int64_t d : shape) {
-    n *= static_cast<uint64_t>(d);
-    if (n > (static_cast<unsigned __int128>(1) << 62)) return 0;
-  }
-  return static_cast<uint64_t>(n);
-}
-
-absl::StatusOr<PackedTensor> ParseTensor(const ManifestReader& r, const json& j,
-                                         const std::string& where) {
-  if (!j.is_object()) return r.Error(where, "must be an object");
-  PackedTensor t;
-  auto name = r.String(j, "name", where);
-  if (!name.ok()) return name.status();
-  t.name = *name;
-  const std::string at = absl::StrCat(where, " (", t.name, ")");
-  auto dtype = r.String(j, "dtype", at);
-  if (!dtype.ok()) return dtype.status();
-  auto d = ParseDType(*dtype);
-  if (!d.ok()) return r.Error(at + ".dtype", std::string(d.status().message()));
-  t.dtype = *d;
-  auto shape_field = r.Field(j, "shape", at);
-  if (!shape_field.ok()) return shape_field.status();
-  auto shape = ParseShape(**shape_field);
-  if (!shape.ok()) return r.Error(at + ".shape", std::string(shape.status().message()));
-  t.shape = *std::move(shape);
-  auto offset = r.U64(j, "offset", at);
-  auto length = r.U64(j, "length", at);
-  auto crc = r.U64(j, "crc32c", at);
-  for (const auto* s : {&offset, &length, &crc}) {
-    if (!s->ok()) return s->status();
-  }
-  t.offset = *offset;
-  t.length = *length;
-  t.hash = *crc;
-  if (t.hash > 0xffffffffu) return r.Error(at + ".crc32c", "is not a 32-bit CRC");
-  if (t.length != ShapeBytes(t.dtype, t.shape)) {
-    return r.Error(at + ".length", absl::StrCat(t.length, " bytes do not match dtype ", *dtype,
-                                                " and shape ", (*shape_field)->dump()));
-  }
-  if (t.offset % kTensorAlignment != 0) {
-    return r.Error(at + ".offset",
-                   absl::StrCat(t.offset, " is not a multiple of ", kTensorAlignment));
-  }
-  return t;
-}
-
-absl::StatusOr<int64_t> ParseLayer(const ManifestReader& r, const json& run,
-                                   const std::string& where) {
-  auto f = r.Field(run, "layer", where);
-  if (!f.ok()) return f.status();
-  if ((*f)->is_string() && (*f)->get<std::string>() == "globals") return -1;
-  if (!(*f)->is_number_unsigned() || (*f)->get<uint64_t>() > (1u << 20)) {
-    return r.Error(where + ".layer",
-                   absl::StrCat("must be a layer number or \"globals\", not ", (*f)->dump()));
-  }
-  return (*f)->get<int64_t>();
-}
-
-// The run's own fields and that it lies inside the pack; then its tensors inside it.
-absl::StatusOr<PackedRun> ParseRun(const ManifestReader& r, const json& j, size_t index,
-                                   uint64_t pack_bytes) {
-  std::string where = absl::StrCat("runs[", index, "]");
-  if (!j.is_object()) return r.Error(where, "must be an object");
-  PackedRun run;
-  auto layer = ParseLayer(r, j, where);
-  if (!layer.ok()) return layer.status();
-  run.layer = *layer;
-  where = absl::StrCat(where, " (", LayerText(run.layer), ")");
-  auto offset = r.U64(j, "offset", where);
-  if (!offset.ok()) return offset.status();
-  auto length = r.U64(j, "length", where);
-  if (!length.ok()) return length.status();
-  run.offset = *offset;
-  run.length = *length;
-  if (run.offset % kRunAlignment != 0 || run.length % kRunAlignment != 0 || run.length == 0) {
-    return r.Error(where, absl::StrCat("offset ", run.offset, " and length ", run.length,
-                                       " must be non-zero multiples of ", kRunAlignment));
-  }
-  if (run.offset > pack_bytes || run.length > pack_bytes - run.offset) {
-    return r.Error(where, absl::StrCat("ends at byte ", run.offset + run.length,
-                                       ", past the end of the pack (pack_bytes ", pack_bytes, ")"));
-  }
-  auto tensors = r.Array(j, "tensors", where);
-  if (!tensors.ok()) return tensors.status();
-  uint64_t end = run.offset;  // tensors in increasing offset order, not overlapping
-  for (size_t i = 0; i < (*tensors)->size(); ++i) {
-    const std::string at = absl::StrCat(where, ".tensors[", i, "]");
-    auto t = ParseTensor(r, (**tensors)[i], at);
-    if (!t.ok()) return t.status();
-    if (t->offset < end || t->length > run.offset + run.length - t->offset) {
-      return r.Error(at + " (" + t->name + ")",
-                     absl::StrCat("bytes [", t->offset, ", ", t->offset + t->length,
-                                  ") overlap the previous tensor or leave the run [", run.offset,
-                                  ", ", run.offset + run.length, ")"));
-    }
-    end = t->offset + t->length;
-    run.tensors.push_back(*std::move(t));
-  }
-  return run;
-}
-
-absl::Status CheckRunsDisjoint(const ManifestReader& r, const std::vector<PackedRun>& runs) {
-  std::vector<size_t> order(runs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return runs[a].offset < runs[b].offset; });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const PackedRun& prev = runs[order[k - 1]];
-    const PackedRun& cur = runs[order[k]];
-    if (cur.offset < prev.offset + prev.length) {
-      return r.Error(absl::StrCat("runs[", order[k], "] (", LayerText(cur.layer), ")"),
-                     absl::StrCat("bytes [", cur.offset, ", ", cur.offset + cur.length,
-                                  ") overlap runs[", order[k - 1], "] (", LayerText(prev.layer),
-                                  ") at [", prev.offset, ", ", prev.offset + prev.length, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckHeader(const ManifestReader& r, const json& root) {
-  auto format = r.String(root, "format", "");
-  if (!format.ok()) return format.status();
-  if (*format != kTrunkPackFormat) {
-    return r.Error("format", absl::StrCat("\"", *format, "\" is not \"", kTrunkPackFormat, "\""));
-  }
-  auto version = r.U64(root, "version", "");
-  if (!version.ok()) return version.status();
-  if (*version != kTrunkPackVersion) {
-    return r.Error("version", absl::StrCat(*version, " is not supported (this k3 reads version ",
-                                           kTrunkPackVersion, "; re-run k3 pack)"));
-  }
-  return absl::OkStatus();
-}
-
-std::string DirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
 
 // ---- Checks against the checkpoint --------------------------------------------------------
@@ -406,16 +161,6 @@ absl::Status CheckPackFileSize(const std::string& manifest, const std::string& p
 
 // ---- Copying and comparing ----------------------------------------------------------------
 
-absl::Status WriteZeros(io::SequentialWriter& w, uint64_t n) {
-  while (n > 0) {
-    std::span<uint8_t> dst = w.Reserve(n);
-    std::memset(dst.data(), 0, dst.size());
-    n -= dst.size();
-    if (absl::Status s = w.Advance(dst.size()); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 // Streams one tensor from its shard straight into the writer's buffers, hashing on the way.
 absl::Status CopyTensor(const Checkpoint& ckpt, const TensorInfo& info, io::SequentialWriter& w,
                         PackedTensor& out, const std::function<void(uint64_t)>& advanced) {
@@ -433,19 +178,30 @@ absl::Status CopyTensor(const Checkpoint& ckpt, const TensorInfo& info, io::Sequ
   return absl::OkStatus();
 }
 
-absl::Status WriteRuns(const Checkpoint& ckpt, std::vector<PackedRun>& runs,
+// Writes the runs, assigning offsets: each run at a multiple of kRunAlignment, verbatim tensors
+// at multiples of kTensorAlignment inside it, compressed ones block by block.
+absl::Status WriteRuns(const Checkpoint& ckpt, std::vector<PackedRun>& runs, uint64_t block_bytes,
                        io::SequentialWriter& w, ProgressBar& bar) {
   uint64_t done = 0;
   auto advanced = [&](uint64_t n) { bar.Update(done += n); };
   for (PackedRun& run : runs) {
+    run.offset = AlignUp(w.bytes_written(), kRunAlignment);
+    if (absl::Status s = PadTo(w, run.offset); !s.ok()) return s;
     for (PackedTensor& t : run.tensors) {
-      absl::Status s = WriteZeros(w, t.offset - w.bytes_written());
-      if (s.ok()) s = CopyTensor(ckpt, *ckpt.Find(t.name), w, t, advanced);
+      const TensorInfo& info = *ckpt.Find(t.name);
+      absl::Status s;
+      if (!t.codec.empty()) {
+        s = WriteCompressedTensor(ckpt, info, block_bytes, w, t, advanced);
+      } else {
+        t.offset = AlignUp(w.bytes_written(), kTensorAlignment);
+        s = PadTo(w, t.offset);
+        if (s.ok()) s = CopyTensor(ckpt, info, w, t, advanced);
+      }
       if (!s.ok()) return s;
     }
-    if (absl::Status s = WriteZeros(w, run.offset + run.length - w.bytes_written()); !s.ok()) {
-      return s;
-    }
+    const uint64_t end = AlignUp(std::max(w.bytes_written(), run.offset + 1), kRunAlignment);
+    if (absl::Status s = PadTo(w, end); !s.ok()) return s;
+    run.length = end - run.offset;
   }
   bar.Finish();
   return absl::OkStatus();
@@ -503,14 +259,6 @@ absl::Status WriteManifest(const std::string& path, const std::string& text) {
   return s;
 }
 
-uint64_t TensorBytes(const TrunkPack& pack) {
-  uint64_t total = 0;
-  for (const PackedRun& run : pack.runs()) {
-    for (const PackedTensor& t : run.tensors) total += t.length;
-  }
-  return total;
-}
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -523,7 +271,7 @@ absl::Status CheckVerifyPublish(const Checkpoint& ckpt, const std::string& manif
   if (!pack.ok()) return pack.status();
   if (absl::Status s = (*pack)->CheckAgainst(ckpt); !s.ok()) return s;
   if (options.verify) {
-    ProgressBar bar("verify", TensorBytes(**pack), "B", options.show_progress);
+    ProgressBar bar("verify", (*pack)->tensor_bytes(), "B", options.show_progress);
     absl::Status s = VerifyTrunkPack(ckpt, **pack, [&](uint64_t d, uint64_t) { bar.Update(d); });
     if (!s.ok()) return s;
     bar.Finish();
@@ -543,60 +291,6 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 }
 
 // ---- TrunkPack ----------------------------------------------------------------------------
-
-absl::StatusOr<std::unique_ptr<TrunkPack>> TrunkPack::ParseManifest(
-    std::string_view text, const std::string& source_name) {
-  const ManifestReader r(source_name);
-  json root = json::parse(text, nullptr, false);
-  if (root.is_discarded() || !root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ": not a JSON object"));
-  }
-  if (absl::Status s = CheckHeader(r, root); !s.ok()) return s;
-  std::unique_ptr<TrunkPack> pack(new TrunkPack());
-  pack->manifest_path_ = source_name;
-  auto fingerprint = r.String(root, "fingerprint", "");
-  auto pack_file = r.String(root, "pack_file", "");
-  auto pack_bytes = r.U64(root, "pack_bytes", "");
-  auto runs = r.Array(root, "runs", "");
-  if (!fingerprint.ok()) return fingerprint.status();
-  if (!pack_file.ok()) return pack_file.status();
-  if (!pack_bytes.ok()) return pack_bytes.status();
-  if (!runs.ok()) return runs.status();
-  if (pack_file->find('/') != std::string::npos || *pack_file == "." || *pack_file == "..") {
-    return r.Error("pack_file",
-                   absl::StrCat("\"", *pack_file, "\" is not a file name beside the manifest"));
-  }
-  pack->fingerprint_ = *fingerprint;
-  pack->pack_path_ = JoinPath(DirName(source_name), *pack_file);
-  pack->pack_bytes_ = *pack_bytes;
-  for (size_t i = 0; i < (*runs)->size(); ++i) {
-    auto run = ParseRun(r, (**runs)[i], i, pack->pack_bytes_);
-    if (!run.ok()) return run.status();
-    pack->runs_.push_back(*std::move(run));
-  }
-  if (absl::Status s = CheckRunsDisjoint(r, pack->runs_); !s.ok()) return s;
-  if (absl::Status s = pack->Index(); !s.ok()) return s;
-  return pack;
-}
-
-// Sorts runs into file order and indexes layers and names; duplicates are errors.
-absl::Status TrunkPack::Index() {
-  std::stable_sort(runs_.begin(), runs_.end(),
-                   [](const PackedRun& a, const PackedRun& b) { return a.offset < b.offset; });
-  const ManifestReader r(manifest_path_);
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (!by_layer_.emplace(runs_[i].layer, i).second) {
-      return r.Error("runs", absl::StrCat(LayerText(runs_[i].layer), " has two runs"));
-    }
-    for (size_t k = 0; k < runs_[i].tensors.size(); ++k) {
-      if (!by_name_.emplace(runs_[i].tensors[k].name, std::make_pair(i, k)).second) {
-        return r.Error("runs",
-                       absl::StrCat("tensor ", runs_[i].tensors[k].name, " is listed twice"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status TrunkPack::CheckAgainst(const Checkpoint& ckpt) const {
   const std::string expected = ckpt.config().Fingerprint();
@@ -647,6 +341,27 @@ absl::StatusOr<std::unique_ptr<TrunkPack>> TrunkPack::Open(const std::string& di
   return pack;
 }
 
+uint64_t TrunkPack::stored_tensor_bytes() const {
+  uint64_t total = 0;
+  for (const PackedRun& run : runs_) {
+    for (const PackedTensor& t : run.tensors) total += t.stored;
+  }
+  return total;
+}
+
+uint64_t TrunkPack::tensor_bytes() const {
+  uint64_t total = 0;
+  for (const PackedRun& run : runs_) {
+    for (const PackedTensor& t : run.tensors) total += t.length;
+  }
+  return total;
+}
+
+const std::vector<std::string>& PackCodecNames() {
+  static const std::vector<std::string> kNames = {kBf16Codec};
+  return kNames;
+}
+
 const PackedRun* TrunkPack::layer_run(int64_t layer) const {
   auto it = by_layer_.find(layer);
   return it == by_layer_.end() ? nullptr : &runs_[it->second];
@@ -668,23 +383,34 @@ absl::StatusOr<PackResult> WriteTrunkPack(const Checkpoint& ckpt, const std::str
   // Without its manifest an old pack is inert, whatever happens to trunk.pack from here on.
   if (absl::Status s = RemoveIfExists(manifest_path); !s.ok()) return s;
 
-  std::vector<PackedRun> runs = PlanLayout(ckpt);
-  const uint64_t pack_bytes = runs.back().offset + runs.back().length;
+  const auto& codecs = PackCodecNames();
+  if (!options.codec.empty() &&
+      std::find(codecs.begin(), codecs.end(), options.codec) == codecs.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--codec ", options.codec, ": unknown codec (known: ", codecs.front(), ")"));
+  }
+  std::vector<PackedRun> runs = PlanLayout(ckpt, !options.codec.empty());
+  uint64_t source_bytes = 0;
+  for (const PackedRun& run : runs) {
+    for (const PackedTensor& t : run.tensors) source_bytes += t.length;
+  }
   {
     auto writer = io::SequentialWriter::Create(pack_path);
     if (!writer.ok()) return writer.status();
-    ProgressBar bar("pack", pack_bytes, "B", options.show_progress);
-    absl::Status s = WriteRuns(ckpt, runs, **writer, bar);
+    ProgressBar bar("pack", source_bytes, "B", options.show_progress);
+    absl::Status s = WriteRuns(ckpt, runs, options.block_bytes, **writer, bar);
     if (s.ok()) s = (*writer)->Commit();
     if (!s.ok()) return s;  // the writer deletes trunk.pack.partial
   }
-  const std::string text = ManifestJson(ckpt.config(), runs, pack_bytes).dump(1);
+  const uint64_t pack_bytes = runs.back().offset + runs.back().length;
+  const std::string text = ManifestText(ckpt.config(), runs, pack_bytes, options.codec);
   if (absl::Status s = CheckVerifyPublish(ckpt, manifest_path, text, options); !s.ok()) {
     RemoveIfExists(pack_path).IgnoreError();  // the original error matters more
     return s;
   }
   PackResult result;
   result.bytes = pack_bytes;
+  result.tensor_bytes = source_bytes;
   for (const PackedRun& run : runs) result.tensors += static_cast<int64_t>(run.tensors.size());
   result.seconds = SecondsSince(start);
   return result;
@@ -694,7 +420,7 @@ absl::Status VerifyTrunkPack(const Checkpoint& ckpt, const TrunkPack& pack,
                              const std::function<void(uint64_t, uint64_t)>& progress) {
   auto file = io::RandomAccessFile::Open(pack.pack_path());
   if (!file.ok()) return file.status();
-  const uint64_t total = TensorBytes(pack);
+  const uint64_t total = pack.tensor_bytes();
   uint64_t done = 0;
   auto advanced = [&](uint64_t n) {
     done += n;
@@ -703,7 +429,9 @@ absl::Status VerifyTrunkPack(const Checkpoint& ckpt, const TrunkPack& pack,
   std::vector<uint8_t> a(kChunkBytes), b(kChunkBytes);
   for (const PackedRun& run : pack.runs()) {
     for (const PackedTensor& t : run.tensors) {
-      if (absl::Status s = VerifyTensor(ckpt, **file, t, a, b, advanced); !s.ok()) return s;
+      absl::Status s = t.compressed() ? VerifyCompressedTensor(ckpt, **file, t, advanced)
+                                      : VerifyTensor(ckpt, **file, t, a, b, advanced);
+      if (!s.ok()) return s;
     }
   }
   return absl::OkStatus();

@@ -24,19 +24,40 @@ namespace k3 {
 inline constexpr char kTrunkPackFile[] = "trunk.pack";
 inline constexpr char kTrunkManifestFile[] = "trunk.json";
 inline constexpr char kTrunkPackFormat[] = "k3-trunk-pack";
+// Version 1: every tensor verbatim. Version 2: BF16 matrices compressed (docs/PACK.md); a k3
+// that reads only version 1 refuses it rather than read compressed bytes as weights.
 inline constexpr int kTrunkPackVersion = 1;
+inline constexpr int kCompressedPackVersion = 2;
+// The codec of version 2 packs (kernels/bf16_codec.h) and the version of its block format.
+inline constexpr char kBf16Codec[] = "bf16-e3";
+inline constexpr int kPackCodecVersion = 1;
 // Run offsets and lengths are multiples of this (O_DIRECT needs it for offset, length and
 // buffer); tensors start at multiples of kTensorAlignment inside a run (SIMD loads).
 inline constexpr uint64_t kRunAlignment = 4096;
 inline constexpr uint64_t kTensorAlignment = 64;
+
+// One compressed block: `rows` consecutive rows of a matrix, encoded on their own
+// (kernels/bf16_codec.h), at a 4 KiB-aligned offset.
+struct PackedBlock {
+  uint64_t offset = 0;  // absolute, in the pack file
+  uint64_t length = 0;  // stored bytes
+  uint64_t rows = 0;
+  uint64_t hash = 0;  // XXH3-64 of the stored bytes
+};
 
 struct PackedTensor {
   std::string name;
   DType dtype = DType::kU8;
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // absolute, in the pack file
-  uint64_t length = 0;
-  uint64_t hash = 0;  // CRC-32C of the bytes
+  uint64_t length = 0;  // the tensor's bytes (decoded)
+  uint64_t hash = 0;    // CRC-32C of the bytes (decoded)
+  // Compressed tensors only: the codec's name and its blocks, which together cover the rows in
+  // order and lie in [offset, offset + stored). Verbatim tensors: no blocks, stored == length.
+  std::string codec;
+  std::vector<PackedBlock> blocks;
+  uint64_t stored = 0;
+  bool compressed() const { return !blocks.empty(); }
 };
 
 struct PackedRun {
@@ -65,6 +86,11 @@ class TrunkPack {
   const std::string& pack_path() const { return pack_path_; }
   uint64_t pack_bytes() const { return pack_bytes_; }
   const std::string& fingerprint() const { return fingerprint_; }
+  // The codec of the compressed tensors ("" for a verbatim pack).
+  const std::string& codec() const { return codec_; }
+  // Bytes of the trunk tensors as stored (compressed where they are) and decoded.
+  uint64_t stored_tensor_bytes() const;
+  uint64_t tensor_bytes() const;
   const PackedRun* layer_run(int64_t layer) const;  // nullptr if absent; -1 = globals
   const PackedTensor* Find(const std::string& name) const;
   const std::vector<PackedRun>& runs() const { return runs_; }
@@ -81,6 +107,7 @@ class TrunkPack {
   std::string pack_path_;
   uint64_t pack_bytes_ = 0;
   std::string fingerprint_;
+  std::string codec_;
   std::vector<PackedRun> runs_;  // in file order
   absl::flat_hash_map<int64_t, size_t> by_layer_;
   absl::flat_hash_map<std::string, std::pair<size_t, size_t>> by_name_;  // run, tensor
@@ -89,10 +116,16 @@ class TrunkPack {
 struct PackOptions {
   bool show_progress = false;
   bool verify = true;
+  std::string codec;         // "" = verbatim; else a name of PackCodecNames()
+  uint64_t block_bytes = 0;  // compressed blocks' decoded size; 0 = kBlockTargetBytes
 };
 
+// The codecs `k3 pack --codec` knows.
+const std::vector<std::string>& PackCodecNames();
+
 struct PackResult {
-  uint64_t bytes = 0;  // size of trunk.pack
+  uint64_t bytes = 0;         // size of trunk.pack
+  uint64_t tensor_bytes = 0;  // the trunk's tensors, decoded
   int64_t tensors = 0;
   double seconds = 0;  // writing and, when asked, verifying
 };

@@ -17,6 +17,7 @@ void StepMetrics::Add(const StepMetrics& o) {
   seconds += o.seconds;
   io_wait_seconds += o.io_wait_seconds;
   trunk_wait_seconds += o.trunk_wait_seconds;
+  trunk_decode_seconds += o.trunk_decode_seconds;
   disk_busy_seconds += o.disk_busy_seconds;
   expert_demand_bytes += o.expert_demand_bytes;
   expert_prefetch_used_bytes += o.expert_prefetch_used_bytes;
@@ -49,6 +50,7 @@ nlohmann::json StepMetrics::ToJson() const {
           {"seconds", seconds},
           {"io_wait_seconds", io_wait_seconds},
           {"trunk_wait_seconds", trunk_wait_seconds},
+          {"trunk_decode_seconds", trunk_decode_seconds},
           {"disk_busy_fraction", seconds > 0 ? disk_busy_seconds / seconds : 0},
           {"bytes_read",
            {{"expert_demand", expert_demand_bytes},

@@ -59,9 +59,10 @@ struct EngineOptions {
 struct StepMetrics {
   int64_t tokens = 0;
   double seconds = 0;
-  double io_wait_seconds = 0;     // compute stopped, waiting for bytes (experts or trunk)
-  double trunk_wait_seconds = 0;  // the part of it spent waiting for trunk pieces or rows
-  double disk_busy_seconds = 0;   // at least one read in flight
+  double io_wait_seconds = 0;       // compute stopped, waiting for bytes (experts or trunk)
+  double trunk_wait_seconds = 0;    // the part of it spent waiting for trunk pieces or rows
+  double trunk_decode_seconds = 0;  // decoding compressed trunk pieces (sum over threads)
+  double disk_busy_seconds = 0;     // at least one read in flight
   uint64_t expert_demand_bytes = 0;
   uint64_t expert_prefetch_used_bytes = 0;    // prefetched, then demanded
   uint64_t expert_prefetch_wasted_bytes = 0;  // prefetched, evicted or dropped unused

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/progress.h"
 #include "core/tensor_names.h"
+#include "core/trunk_codec.h"
 #include "io/aligned_buffer.h"
 
 namespace k3 {
@@ -63,6 +64,7 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   plan.routers_resident = plan.lm_head_resident = true;
   plan.ring_slots = 0;
   plan.ring_slot_bytes = 0;
+  plan.ring_decode_bytes = 0;
   plan.router_bytes = f.all_router_bytes();
   plan.lm_head_bytes = f.lm_head_bytes;
   plan.pinned_trunk_bytes = f.trunk_bytes();
@@ -77,6 +79,7 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   // idle through that compute).
   plan.ring_slots = f.ring_slots;
   plan.ring_slot_bytes = f.ring_slot_bytes;
+  plan.ring_decode_bytes = f.ring_decode_bytes;
   while (plan.ring_slots < f.deep_ring_slots && used + f.ring_slot_bytes <= room) {
     ++plan.ring_slots;
     used += f.ring_slot_bytes;
@@ -157,6 +160,8 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   ModelFootprint f;
   f.layer_bytes.assign(c.num_layers, 0);
   f.router_bytes.assign(c.num_layers, 0);
+  f.layer_read_bytes.assign(c.num_layers, 0);
+  f.router_read_bytes.assign(c.num_layers, 0);
   absl::flat_hash_set<std::string> whole;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
@@ -176,12 +181,17 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     } else if (spec.group == TensorGroup::kEmbedding) {
       f.embedding_bytes += bytes;
     } else {
+      const PackedTensor* packed = ring.pack != nullptr ? ring.pack->Find(spec.name) : nullptr;
+      const uint64_t read = packed != nullptr && packed->compressed() ? packed->stored : bytes;
       if (spec.group == TensorGroup::kLmHead) {
         f.lm_head_bytes += bytes;
+        f.lm_head_read_bytes += read;
       } else if (spec.group == TensorGroup::kRouter) {
         f.router_bytes[spec.layer] += bytes;
+        f.router_read_bytes[spec.layer] += read;
       } else {
         f.layer_bytes[spec.layer] += bytes;
+        f.layer_read_bytes[spec.layer] += read;
       }
       matrices.emplace_back(t, whole.contains(spec.name));
       largest_matrix = std::max(largest_matrix, t->byte_size);
@@ -190,14 +200,26 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   }
   f.piece_bytes = ring.piece_bytes > 0 ? ring.piece_bytes
                                        : std::min(kDefaultPieceBytes, io::AlignUp(largest_matrix));
-  uint64_t largest_piece = 0;
+  uint64_t largest_piece = 0, largest_decoded = 0;
   for (const auto& [t, is_whole] : matrices) {
-    largest_piece = std::max(largest_piece, LargestPiece(*t, f.piece_bytes, is_whole));
+    const PackedTensor* packed = ring.pack != nullptr ? ring.pack->Find(t->name) : nullptr;
+    if (packed == nullptr || !packed->compressed()) {
+      largest_piece = std::max(largest_piece, LargestPiece(*t, f.piece_bytes, is_whole));
+      continue;
+    }
+    const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
+    for (const auto& piece : BlockPieces(*packed, f.piece_bytes, is_whole)) {
+      uint64_t rows = 0;
+      for (size_t b = piece.first; b < piece.second; ++b) rows += packed->blocks[b].rows;
+      largest_piece = std::max(largest_piece, PieceStoredBytes(*packed, piece));
+      largest_decoded = std::max(largest_decoded, io::AlignUp(rows * row_bytes));
+    }
   }
   // An aligned read of a piece starts up to one block before it; F16 pieces are widened to fp32
-  // beside the slot.
+  // beside the slot, compressed ones decoded beside it.
   f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
   if (widened) f.ring_slot_bytes += 2 * largest_piece;
+  f.ring_decode_bytes = kDecodeBuffers * largest_decoded;
   f.ring_slots = ring.slots > 0 ? std::max(2, ring.slots) : kDefaultRingSlots;
   f.deep_ring_slots = f.ring_slots;
   if (ring.slots == 0 && !f.layer_bytes.empty()) {
@@ -270,10 +292,10 @@ ReadForecast ForecastReads(const ModelFootprint& f, const MemoryPlan& plan) {
   ReadForecast r;
   for (size_t l = 0; l < f.layer_bytes.size(); ++l) {
     if (!plan.pinned[l]) {
-      r.trunk_bytes += f.layer_bytes[l] + (plan.routers_resident ? 0 : f.router_bytes[l]);
+      r.trunk_bytes += f.layer_read(l) + (plan.routers_resident ? 0 : f.router_read(l));
     }
   }
-  if (!plan.lm_head_resident) r.trunk_bytes += f.lm_head_bytes;
+  if (!plan.lm_head_resident) r.trunk_bytes += f.lm_head_read();
   if (!plan.embedding_resident) r.trunk_bytes += f.embedding_row_bytes;
   const int64_t experts = static_cast<int64_t>(f.all_experts_bytes / f.expert_slot_bytes);
   r.hit_rate = experts > 0 ? std::min(1.0, static_cast<double>(plan.cache_slots) / experts) : 0;
@@ -297,7 +319,7 @@ int64_t MemoryPlan::streamed_layers() const {
 
 uint64_t MemoryPlan::planned_bytes() const {
   return vector_bytes + state_bytes + buffer_bytes + embedding_bytes + lm_head_bytes +
-         router_bytes + pinned_trunk_bytes + ring_slots * ring_slot_bytes + cache_bytes;
+         router_bytes + pinned_trunk_bytes + ring_bytes() + cache_bytes;
 }
 
 TrunkResidency MemoryPlan::residency() const {
@@ -323,10 +345,15 @@ std::string MemoryPlan::Describe() const {
        routers_resident ? "(resident: lookahead on)" : "(with their layers: no lookahead there)");
   line("trunk pinned", Gb(pinned_trunk_bytes),
        absl::StrFormat("(%d of %d layers)", pinned.size() - streamed_layers(), pinned.size()));
-  line("trunk ring", Gb(ring_slots * ring_slot_bytes),
-       ring_slots > 0 ? absl::StrFormat("(%d slots for pieces of %s, %d layers streamed)",
-                                        ring_slots, Gb(piece_bytes), streamed_layers())
-                      : std::string("(nothing streams)"));
+  line(
+      "trunk ring", Gb(ring_bytes()),
+      ring_slots == 0 ? std::string("(nothing streams)")
+      : ring_decode_bytes == 0
+          ? absl::StrFormat("(%d slots for pieces of %s, %d layers streamed)", ring_slots,
+                            Gb(piece_bytes), streamed_layers())
+          : absl::StrFormat("(%d slots for compressed pieces of %s, %s to decode into, %d "
+                            "layers streamed)",
+                            ring_slots, Gb(piece_bytes), Gb(ring_decode_bytes), streamed_layers()));
   line("expert cache", Gb(cache_bytes), absl::StrFormat("(%d experts)", cache_slots));
   line("norms and vectors", Gb(vector_bytes), "");
   line("sequence state", Gb(state_bytes),

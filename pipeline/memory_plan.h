@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
 #include "core/model/weights.h"
+#include "core/trunk_pack.h"
 
 namespace k3 {
 
@@ -36,10 +37,17 @@ struct RingOptions {
   uint64_t piece_bytes = 0;
   // 0: kDefaultRingSlots at the minimum, up to a typical layer ahead as the budget allows.
   int slots = 0;
+  // The trunk pack the ring reads from, if any: a compressed one changes what a piece reads
+  // and adds the decoded copy to each slot.
+  const TrunkPack* pack = nullptr;
 };
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
 inline constexpr int kMaxRingSlots = 64;
+// Decoded pieces held at once: two in use at a time at most (as a ring of two slots shows), and
+// kDecodeAheadBuffers decoded ahead by idle threads while others are multiplied.
+inline constexpr int kDecodeAheadBuffers = 2;
+inline constexpr int kDecodeBuffers = 2 + kDecodeAheadBuffers;
 // Embedding rows read at once when the embedding is not resident (their buffers are planned).
 inline constexpr int kEmbeddingRowsPerRead = 16;
 
@@ -51,9 +59,16 @@ struct ModelFootprint {
   uint64_t vector_bytes = 0;           // every norm and small vector, as fp32 (resident)
   std::vector<uint64_t> router_bytes;  // per layer (0 for dense layers)
   std::vector<uint64_t> layer_bytes;   // per layer: its matrices but the router, in RAM
-  uint64_t piece_bytes = 0;            // the ring's piece size in effect
-  uint64_t ring_slot_bytes = 0;        // one ring slot (aligned read of a piece + widening)
-  int ring_slots = 0;                  // the minimum's ring
+  // What streaming them reads: the compressed sizes from a compressed pack (empty or 0: the
+  // sizes above).
+  std::vector<uint64_t> layer_read_bytes, router_read_bytes;
+  uint64_t lm_head_read_bytes = 0;
+  uint64_t piece_bytes = 0;      // the ring's piece size in effect
+  uint64_t ring_slot_bytes = 0;  // one ring slot (aligned read of a piece + widening)
+  // A compressed pack's pieces are decoded into a few buffers of their own, shared by the
+  // slots (kDecodeBuffers of the largest decoded piece; 0 without compressed pieces).
+  uint64_t ring_decode_bytes = 0;
+  int ring_slots = 0;         // the minimum's ring
   int deep_ring_slots = 0;    // the ring once the budget allows: a typical layer read ahead
   uint64_t expert_bytes = 0;  // one routed expert as stored
   int64_t moe_layers = 0;
@@ -68,8 +83,17 @@ struct ModelFootprint {
   uint64_t buffer_bytes_per_sequence = 0;  // its decode token's activations and its logits
 
   uint64_t all_router_bytes() const;
+  uint64_t layer_read(size_t l) const {
+    return l < layer_read_bytes.size() ? layer_read_bytes[l] : layer_bytes[l];
+  }
+  uint64_t router_read(size_t l) const {
+    return l < router_read_bytes.size() ? router_read_bytes[l] : router_bytes[l];
+  }
+  uint64_t lm_head_read() const {
+    return lm_head_read_bytes > 0 ? lm_head_read_bytes : lm_head_bytes;
+  }
   uint64_t trunk_bytes() const;  // every layer's matrices but the routers
-  uint64_t ring_bytes() const { return ring_slot_bytes * ring_slots; }
+  uint64_t ring_bytes() const { return ring_slot_bytes * ring_slots + ring_decode_bytes; }
   // The same model planned for `n` sequences at once.
   ModelFootprint WithSequences(int n) const;
 };
@@ -97,6 +121,8 @@ struct MemoryPlan {
   uint64_t pinned_trunk_bytes = 0;
   int ring_slots = 0;  // 0 when nothing streams
   uint64_t ring_slot_bytes = 0;
+  uint64_t ring_decode_bytes = 0;  // with ring_slots > 0: the decode buffers of a compressed pack
+  uint64_t ring_bytes() const { return ring_slots * ring_slot_bytes + ring_decode_bytes; }
   uint64_t piece_bytes = 0;
   uint64_t cache_bytes = 0;
   int64_t cache_slots = 0;

@@ -236,9 +236,9 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
     if (!pack.ok()) return pack.status();
     pack_ = *std::move(pack);
   }
-  const ModelFootprint one =
-      MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk,
-                       {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
+  const ModelFootprint one = MeasureFootprint(
+      *ckpt_, options.max_context, options.prefill_chunk,
+      {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots, .pack = pack_.get()});
   if (options.sequences < 1) return absl::InvalidArgumentError("--batch must be >= 1");
   const ModelFootprint footprint = one.WithSequences(options.sequences);
   auto plan = PlanMemory(footprint, options.memory, AvailableRamBytes());

@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/numeric.h"
 #include "core/tensor_names.h"
+#include "core/trunk_codec.h"
+#include "oneapi/tbb/parallel_for.h"
 
 namespace k3 {
 namespace {
@@ -63,12 +66,19 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
   }
   for (const Piece& p : s->pieces_) {
     s->slot_bytes_ = std::max(s->slot_bytes_, io::BufferBytesFor(p.offset, p.length));
+    if (p.packed != nullptr) {
+      s->decoded_bytes_ = std::max<uint64_t>(s->decoded_bytes_, io::AlignUp(p.rows * p.cols * 2));
+    }
   }
+  if (pack != nullptr) s->pack_path_ = pack->pack_path();
   if (!s->pieces_.empty()) {
-    if (plan.ring_slots < 2 || s->slot_bytes_ > plan.ring_slot_bytes) {
-      return absl::InternalError(absl::StrCat("trunk ring: ", plan.ring_slots, " slots of ",
-                                              plan.ring_slot_bytes, " bytes planned for pieces of ",
-                                              s->slot_bytes_));
+    const uint64_t decode = kDecodeBuffers * s->decoded_bytes_;
+    if (plan.ring_slots < 2 || s->slot_bytes_ > plan.ring_slot_bytes ||
+        decode > plan.ring_decode_bytes) {
+      return absl::InternalError(
+          absl::StrCat("trunk ring: ", plan.ring_slots, " slots of ", plan.ring_slot_bytes,
+                       " bytes and ", plan.ring_decode_bytes,
+                       " to decode into planned for pieces of ", s->slot_bytes_, " and ", decode));
     }
     auto arena = io::BufferArena::Create(s->slot_bytes_ * plan.ring_slots);
     if (!arena.ok()) return arena.status();
@@ -77,6 +87,16 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
       auto slot = std::make_unique<Slot>();
       slot->memory = s->arena_->Slice(i * s->slot_bytes_, s->slot_bytes_);
       s->slots_.push_back(std::move(slot));
+    }
+    if (decode > 0) {
+      auto buffers = io::BufferArena::Create(decode);
+      if (!buffers.ok()) return buffers.status();
+      s->decode_arena_ = *std::move(buffers);
+      for (int i = 0; i < kDecodeBuffers; ++i) {
+        auto& pool = i < kDecodeBuffers - kDecodeAheadBuffers ? s->free_decode_buffers_
+                                                              : s->free_ahead_buffers_;
+        pool.push_back(s->decode_arena_->Slice(i * s->decoded_bytes_, s->decoded_bytes_));
+      }
     }
   }
   if (!plan.embedding_resident) {
@@ -93,6 +113,7 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
 }
 
 TrunkStreamer::~TrunkStreamer() {
+  decode_tasks_->wait();  // runs the tasks not started yet here (they find nothing left to do)
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return reads_in_flight_ == 0; });
 }
@@ -105,15 +126,29 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
   if (per_piece >= kRowAlignment && per_piece < rows) per_piece -= per_piece % kRowAlignment;
   io::FileId file = shard_files_[t.shard];
   uint64_t base = t.file_offset;
-  if (const PackedTensor* packed = pack != nullptr ? pack->Find(t.name) : nullptr) {
+  const PackedTensor* packed = pack != nullptr ? pack->Find(t.name) : nullptr;
+  if (packed != nullptr) {
     file = pack_file;
     base = packed->offset;
   }
   by_tensor_[&t] = {static_cast<int64_t>(pieces_.size()), 0};
+  const size_t cols = static_cast<size_t>(t.elements() / t.shape[0]);
+  if (packed != nullptr && packed->compressed()) {
+    size_t row = 0;
+    for (const auto& [first, last] : BlockPieces(*packed, piece_bytes, whole)) {
+      size_t n = 0;
+      for (size_t b = first; b < last; ++b) n += packed->blocks[b].rows;
+      pieces_.push_back({&t, file, packed->blocks[first].offset,
+                         PieceStoredBytes(*packed, {first, last}), row, n, cols, packed, first,
+                         last});
+      row += n;
+      ++by_tensor_[&t].second;
+    }
+    return;
+  }
   for (size_t r = 0; r < rows; r += per_piece) {
     const size_t n = std::min(per_piece, rows - r);
-    pieces_.push_back({&t, file, base + r * row_bytes, n * row_bytes, r, n,
-                       static_cast<size_t>(t.elements() / t.shape[0])});
+    pieces_.push_back({&t, file, base + r * row_bytes, n * row_bytes, r, n, cols});
     ++by_tensor_[&t].second;
   }
 }
@@ -145,6 +180,7 @@ TrunkStreamer::Slot* TrunkStreamer::FreeSlot() {
 }
 
 void TrunkStreamer::StartRead(Slot& slot, int64_t piece) {
+  DropDecodedLocked(slot);
   const Piece& p = pieces_[piece];
   slot.piece = piece;
   slot.state = SlotState::kLoading;
@@ -202,7 +238,10 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
   Slot* slot = nullptr;
   while (slot == nullptr) {
     if (Slot* s = SlotOf(index); s != nullptr) {
-      changed_.wait(lock, [&] { return s->piece != index || s->state != SlotState::kLoading; });
+      changed_.wait(lock, [&] {
+        return s->piece != index ||
+               (s->state != SlotState::kLoading && s->state != SlotState::kDecoding);
+      });
       if (s->piece == index) slot = s;
       continue;
     }
@@ -226,22 +265,129 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
   if (slot->state == SlotState::kFailed) {
     const absl::Status status = slot->status;
     if (error_.ok()) error_ = status;
-    slot->state = SlotState::kFree;
-    slot->piece = -1;
-    ScheduleAheadLocked();
+    FreeSlotLocked(*slot);
     return status;
   }
+  // Decoded ahead, queued for it (this thread does it now), or not started.
   slot->state = SlotState::kInUse;
+  last_acquired_ = index;
   ScheduleAheadLocked();
+  if (pieces_[index].packed != nullptr && slot->decoded.empty()) {
+    // Never more than two pieces are in use at once, so one of the buffers comes free.
+    changed_.wait(lock, [&] { return !free_decode_buffers_.empty(); });
+    slot->decoded = free_decode_buffers_.back();
+    free_decode_buffers_.pop_back();
+  }
+  DecodeAheadLocked();
   lock.unlock();
-  return View(*slot);
+  auto view = View(*slot);
+  if (!view.ok()) {
+    lock.lock();
+    if (error_.ok()) error_ = view.status();
+    FreeSlotLocked(*slot);
+  }
+  return view;
+}
+
+// A slot in use goes back to the ring, and its decode buffer to its pool.
+void TrunkStreamer::FreeSlotLocked(Slot& slot) {
+  slot.state = SlotState::kFree;
+  slot.piece = -1;
+  slot.data = {};
+  DropDecodedLocked(slot);
+  ScheduleAheadLocked();
+  DecodeAheadLocked();
+  changed_.notify_all();
+}
+
+void TrunkStreamer::DropDecodedLocked(Slot& slot) {
+  if (slot.decoded.empty()) return;
+  (slot.ahead_buffer ? free_ahead_buffers_ : free_decode_buffers_).push_back(slot.decoded);
+  slot.decoded = {};
+  slot.ahead_buffer = slot.is_decoded = false;
+}
+
+// Queues the decode of the compressed pieces read and waiting, nearest in the order of use first,
+// while the decode-ahead buffers last. Idle workers run the tasks; at the streaming budget that
+// is while the products wait for the disk, so the decode costs the token nothing.
+void TrunkStreamer::DecodeAheadLocked() {
+  const int64_t n = static_cast<int64_t>(pieces_.size());
+  while (!free_ahead_buffers_.empty()) {
+    Slot* next = nullptr;
+    int64_t best = n;
+    for (auto& s : slots_) {
+      if (s->state != SlotState::kReady || !s->decoded.empty() ||
+          pieces_[s->piece].packed == nullptr) {
+        continue;
+      }
+      const int64_t distance = ((s->piece - last_acquired_) % n + n) % n;
+      if (distance < best) best = distance, next = s.get();
+    }
+    if (next == nullptr) return;
+    next->decoded = free_ahead_buffers_.back();
+    free_ahead_buffers_.pop_back();
+    next->ahead_buffer = true;
+    next->state = SlotState::kQueued;
+    decode_tasks_->run([this, next] { RunDecodeAhead(*next); });
+  }
+}
+
+void TrunkStreamer::RunDecodeAhead(Slot& slot) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (slot.state != SlotState::kQueued) return;  // acquired first: decoded by its acquirer
+  slot.state = SlotState::kDecoding;
+  const Piece& p = pieces_[slot.piece];
+  lock.unlock();
+  absl::Status s = Decode(p, slot.data, slot.decoded.first(p.rows * p.cols * 2));
+  lock.lock();
+  if (s.ok()) {
+    slot.is_decoded = true;
+    slot.state = SlotState::kReady;
+  } else {
+    slot.status = std::move(s);
+    slot.state = SlotState::kFailed;
+  }
+  changed_.notify_all();
+}
+
+// The piece's blocks, each checked and decoded on its own, in parallel: the acquiring thread and
+// any worker that is idle (at the streaming budget the cores are waiting for the disk).
+absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stored,
+                                   std::span<uint8_t> out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t row_bytes = p.cols * 2;
+  std::vector<uint64_t> first_row(p.block_end - p.block_begin + 1, 0);
+  for (size_t b = p.block_begin; b < p.block_end; ++b) {
+    first_row[b - p.block_begin + 1] = first_row[b - p.block_begin] + p.packed->blocks[b].rows;
+  }
+  std::vector<absl::Status> status(p.block_end - p.block_begin);
+  tbb::parallel_for(size_t{0}, status.size(), [&](size_t i) {
+    const PackedBlock& b = p.packed->blocks[p.block_begin + i];
+    status[i] = DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
+                            out.subspan(first_row[i] * row_bytes, b.rows * row_bytes), pack_path_);
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    decode_seconds_ += Since(t0);
+  }
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 // The piece as a resident matrix of its rows (F16 widened to fp32 here, on the thread that
 // multiplies it, not on the read engine's).
-RowPiece TrunkStreamer::View(Slot& slot) {
+absl::StatusOr<RowPiece> TrunkStreamer::View(Slot& slot) {
   const Piece& p = pieces_[slot.piece];
   Matrix m{p.tensor->dtype, slot.data.data(), p.rows, p.cols};
+  if (p.packed != nullptr) {
+    const std::span<uint8_t> out = slot.decoded.first(p.rows * p.cols * 2);
+    if (!slot.is_decoded) {
+      if (absl::Status s = Decode(p, slot.data, out); !s.ok()) return s;
+    }
+    m.data = out.data();
+  }
   if (p.tensor->dtype == DType::kF16) {
     slot.widened.resize(p.rows * p.cols);
     const uint64_t row_bytes = p.cols * 2;
@@ -251,18 +397,14 @@ RowPiece TrunkStreamer::View(Slot& slot) {
     }
     m = {DType::kF32, slot.widened.data(), p.rows, p.cols};
   }
-  return {m, p.row_begin};
+  return RowPiece{m, p.row_begin};
 }
 
 void TrunkStreamer::ReleasePiece(int64_t index) {
   std::lock_guard<std::mutex> lock(mu_);
   Slot* s = SlotOf(index);
   if (s == nullptr || s->state != SlotState::kInUse) return;
-  s->state = SlotState::kFree;
-  s->piece = -1;
-  s->data = {};
-  ScheduleAheadLocked();
-  changed_.notify_all();
+  FreeSlotLocked(*s);
 }
 
 absl::Status TrunkStreamer::TakeError() {
@@ -345,6 +487,8 @@ void TrunkStreamer::TakeMetrics(StepMetrics& m) {
   m.trunk_bytes += bytes_read_;
   m.io_wait_seconds += wait_seconds_;
   m.trunk_wait_seconds += wait_seconds_;
+  m.trunk_decode_seconds += decode_seconds_;
+  decode_seconds_ = 0;
   m.trunk_pieces_out_of_order += out_of_order_ - out_of_order_reported_;
   bytes_read_ = 0;
   wait_seconds_ = 0;

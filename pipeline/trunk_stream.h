@@ -4,7 +4,8 @@
 // around again for the next token. A piece is up to the plan's piece size of consecutive rows of
 // one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
 // piece, the next ones load into the other slots; releasing a piece frees its slot for the next
-// one in line. Pieces come from the trunk pack when there is one, else from the shards. When
+// one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
+// of a compressed pack is whole blocks, decoded (and checked) by the thread that acquires it. When
 // the embedding is not resident, the rows a token needs are read on demand.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "core/trunk_pack.h"
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
+#include "oneapi/tbb/task_group.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan.h"
@@ -64,8 +66,13 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     io::FileId file = -1;
     uint64_t offset = 0, length = 0;  // in the file
     size_t row_begin = 0, rows = 0, cols = 0;
+    // A compressed piece: blocks [block_begin, block_end) of `packed`, decoded on acquisition.
+    const PackedTensor* packed = nullptr;
+    size_t block_begin = 0, block_end = 0;
   };
-  enum class SlotState { kFree, kLoading, kReady, kInUse, kFailed };
+  // kQueued and kDecoding: a compressed piece read and being decoded ahead of its use (kQueued
+  // until a thread starts on it: the task, or the thread that acquires the piece first).
+  enum class SlotState { kFree, kLoading, kReady, kQueued, kDecoding, kInUse, kFailed };
   struct Slot {
     int64_t piece = -1;
     SlotState state = SlotState::kFree;
@@ -73,6 +80,9 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     std::span<uint8_t> memory;
     std::span<const uint8_t> data;  // the piece's bytes, once loaded
     std::vector<float> widened;     // F16 pieces, widened to fp32
+    std::span<uint8_t> decoded;     // compressed pieces: a decode buffer, while in use
+    bool ahead_buffer = false;      // `decoded` came from the decode-ahead pool
+    bool is_decoded = false;        // `decoded` holds the piece
   };
 
   TrunkStreamer(const Checkpoint& ckpt, io::ReadEngine& engine, std::vector<io::FileId> shard_files,
@@ -83,10 +93,15 @@ class TrunkStreamer : public LayerSource, public PieceSource {
                  io::FileId pack_file);
   Slot* SlotOf(int64_t piece);
   Slot* FreeSlot();
+  void FreeSlotLocked(Slot& slot);
+  void DropDecodedLocked(Slot& slot);
+  void DecodeAheadLocked();
+  void RunDecodeAhead(Slot& slot);
   void StartRead(Slot& slot, int64_t piece);
   void ScheduleAheadLocked();
   void OnRead(Slot& slot, io::ReadResult result);
-  RowPiece View(Slot& slot);
+  absl::StatusOr<RowPiece> View(Slot& slot);
+  absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out);
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
@@ -96,13 +111,22 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   const TrunkWeights* trunk_ = nullptr;
   std::vector<Piece> pieces_;  // every streamed piece of one pass, in the order of use
   absl::flat_hash_map<const TensorInfo*, std::pair<int64_t, int64_t>> by_tensor_;  // first, count
-  uint64_t slot_bytes_ = 0;
+  uint64_t slot_bytes_ = 0;     // the read part of a slot
+  uint64_t decoded_bytes_ = 0;  // one decode buffer (0 without compressed pieces)
+  std::unique_ptr<io::BufferArena> decode_arena_;
+  std::string pack_path_;
   std::unique_ptr<io::BufferArena> arena_;
   std::unique_ptr<io::BufferArena> embedding_rows_;  // kEmbeddingRowsPerRead row buffers
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  // Decode buffers: those for a piece decoded when it is acquired (never more than two pieces
+  // are in use at once) and those for pieces decoded ahead by idle threads.
+  std::vector<std::span<uint8_t>> free_decode_buffers_, free_ahead_buffers_;
+  int64_t last_acquired_ = -1;
+  // Behind a pointer: task_group may throw from its destructor; ours must not.
+  std::unique_ptr<tbb::task_group> decode_tasks_ = std::make_unique<tbb::task_group>();
   int64_t next_ = 0;  // the next piece to read ahead
   int reads_in_flight_ = 0;
   absl::Status error_;
@@ -110,6 +134,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   int64_t out_of_order_reported_ = 0;
   uint64_t bytes_read_ = 0;
   double wait_seconds_ = 0;
+  double decode_seconds_ = 0;
 };
 
 }  // namespace k3

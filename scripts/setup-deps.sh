@@ -8,7 +8,7 @@ build_dir=${1:-build}
 packages=(
   g++ cmake make pkg-config git
   liburing-dev libtbb-dev libabsl-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev
-  libsimdjson-dev libpcre2-dev libhwy-dev
+  libsimdjson-dev libpcre2-dev libhwy-dev libxxhash-dev
   libcpp-httplib-dev curl  # k3 serve, and the client its tests use beside the Node SDK
   python3 python3-torch python3-numpy
   fio clang-format

@@ -11,8 +11,7 @@
 #include "core/synth.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
-#include "tests/util/temp_dir.h"
-#include "tests/util/tiny_model.h"
+#include "tests/core/trunk_pack_fixture.h"
 
 namespace k3 {
 namespace {
@@ -20,71 +19,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ojson = nlohmann::ordered_json;
-
-// One tiny checkpoint for the whole suite (synthesis is the slow part); each test packs it
-// into its own directory.
-class TrunkPackTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    model_ = new testing::TempDir();
-    SynthOptions opt = testing::TinyModel(model_->path());
-    opt.seed = 11;
-    auto r = Synthesize(opt);
-    ASSERT_TRUE(r.ok()) << r.status();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-
-  void SetUp() override {
-    auto ckpt = Checkpoint::Open(model_->path());
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-    ckpt_ = *std::move(ckpt);
-  }
-
-  void Pack() {
-    auto r = WriteTrunkPack(*ckpt_, out(), PackOptions{});
-    ASSERT_TRUE(r.ok()) << r.status();
-  }
-
-  std::string out() const { return out_ / "pack"; }
-  std::string Manifest() const { return out() + "/trunk.json"; }
-  std::string PackFile() const { return out() + "/trunk.pack"; }
-
-  void EditManifest(const std::function<void(ojson&)>& edit) {
-    auto text = io::ReadFileToString(Manifest());
-    ASSERT_TRUE(text.ok()) << text.status();
-    ojson j = ojson::parse(*text);
-    edit(j);
-    ASSERT_TRUE(io::WriteFileAtomically(Manifest(), j.dump(1)).ok());
-  }
-
-  // Opens the (damaged) pack: must fail; returns the message.
-  std::string OpenError(absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
-    auto pack = TrunkPack::Open(out(), *ckpt_);
-    EXPECT_FALSE(pack.ok()) << "a damaged pack opened";
-    if (pack.ok()) return "";
-    EXPECT_EQ(pack.status().code(), code) << pack.status();
-    return std::string(pack.status().message());
-  }
-
-  // The index in runs[] of the run of `layer` (-1: globals).
-  static size_t RunIndex(const ojson& j, int64_t layer) {
-    for (size_t i = 0; i < j["runs"].size(); ++i) {
-      const ojson& l = j["runs"][i]["layer"];
-      if (layer < 0 ? l.is_string() : (l.is_number() && l.get<int64_t>() == layer)) return i;
-    }
-    ADD_FAILURE() << "no run for layer " << layer;
-    return 0;
-  }
-
-  static testing::TempDir* model_;
-  std::unique_ptr<Checkpoint> ckpt_;
-  testing::TempDir out_;
-};
-
-testing::TempDir* TrunkPackTest::model_ = nullptr;
 
 TEST(Crc32cTest, KnownAnswersAndIncrementalUse) {
   const std::string text = "123456789";

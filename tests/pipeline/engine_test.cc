@@ -4,12 +4,14 @@
 // retried to the same answer or surface as errors naming file and offset (invariant 2).
 #include "pipeline/engine.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,8 @@ namespace k3 {
 namespace {
 
 using ::k3::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 2, 30, 41, 17};
 constexpr int kDecodeSteps = 6;
@@ -131,12 +135,14 @@ class EngineTest : public ::k3::testing::TinyModelSuite {
 // The memory settings of the grid: the minimum (every matrix streamed through the ring, the
 // embedding read row by row), the minimum again with pieces of a few rows in a ring of two slots
 // (every product split across pieces), one budget between (some layers pinned, a small cache)
-// and everything resident.
+// and everything resident; then the two streaming ones from a compressed trunk pack (blocks of
+// 16 KiB, so that pieces hold one block or several).
 struct MemorySetting {
   std::string name;
   MemoryRequest memory;
   uint64_t piece_bytes = 0;
   int ring_slots = 0;
+  bool compressed = false;
 };
 
 std::vector<MemorySetting> GridMemory(const std::string& dir) {
@@ -147,13 +153,29 @@ std::vector<MemorySetting> GridMemory(const std::string& dir) {
   return {{"ultra", {.preset = "ultra"}},
           {"ultra, 4 KiB pieces, 2 slots", {.preset = "ultra"}, 4096, 2},
           {absl::StrCat((lo + hi) / 2, " GB"), {.ram_gb = (lo + hi) / 2}},
-          {"max", {.preset = "max"}}};
+          {"max", {.preset = "max"}},
+          {"bf16-e3 pack, ultra, 64 KiB pieces, 2 slots", {.preset = "ultra"}, 64 << 10, 2, true},
+          {absl::StrCat("bf16-e3 pack, ", (lo + hi) / 2, " GB"),
+           {.ram_gb = (lo + hi) / 2},
+           0,
+           0,
+           true}};
+}
+
+// A compressed trunk pack of `dir` in `out`, in blocks of 16 KiB.
+void PackCompressed(const std::string& dir, const std::string& out) {
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto r = WriteTrunkPack(**ckpt, out, {.codec = kBf16Codec, .block_bytes = 16 << 10});
+  ASSERT_TRUE(r.ok()) << r.status();
 }
 
 // Runs the grid of DESIGN.md invariant 1 on `dir`: memory settings (above) x queue depth
 // {1, 8, 32} x distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x overlap on/off.
 void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_options) {
   const StreamRun base = Baseline(dir);
+  TempDir pack;
+  ASSERT_NO_FATAL_FAILURE(PackCompressed(dir, pack.path()));
   int configs = 0;
   for (const MemorySetting& memory : GridMemory(dir)) {
     for (int qd : {1, 8, 32}) {
@@ -165,6 +187,7 @@ void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_op
             o.memory = memory.memory;
             o.ring_piece_bytes = memory.piece_bytes;
             o.ring_slots = memory.ring_slots;
+            if (memory.compressed) o.trunk_dir = pack.path();
             o.queue_depth = qd;
             o.prefetch_distance = distance;
             o.prefill_prefetch_distance = distance;
@@ -189,7 +212,7 @@ void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_op
       }
     }
   }
-  EXPECT_EQ(configs, 144);
+  EXPECT_EQ(configs, 216);
 }
 
 TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {
@@ -334,6 +357,58 @@ TEST_F(EngineTest, StreamingFromATrunkPackGivesTheSameAnswer) {
     EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
   }
   EXPECT_GT(run->decode.trunk_bytes, 0u);
+}
+
+// A compressed pack's pieces are decoded as they are acquired: same bits, fewer bytes read, the
+// decode timed.
+TEST_F(EngineTest, StreamingFromACompressedPackGivesTheSameBitsFromFewerBytes) {
+  const StreamRun base = Baseline(ModelDir());
+  TempDir raw, compressed;
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  ASSERT_TRUE(WriteTrunkPack(**ckpt, raw.path(), {}).ok());
+  ASSERT_NO_FATAL_FAILURE(PackCompressed(ModelDir(), compressed.path()));
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.trunk_dir = raw.path();
+  auto from_raw = Stream(o);
+  ASSERT_TRUE(from_raw.ok()) << from_raw.status();
+  o.trunk_dir = compressed.path();
+  auto run = Stream(o);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->ids, base.ids);
+  for (size_t i = 0; i < base.logits.size(); ++i) {
+    EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
+  }
+  EXPECT_LT(run->decode.trunk_bytes, from_raw->decode.trunk_bytes);
+  EXPECT_GT(run->decode.trunk_decode_seconds, 0);
+  EXPECT_EQ(from_raw->decode.trunk_decode_seconds, 0);
+}
+
+// A block damaged on disk after the pack was made: the step fails with DataLoss naming the pack
+// file and the block's offset; no token comes from it.
+TEST_F(EngineTest, ADamagedCompressedBlockFailsTheStepNamingFileAndOffset) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(PackCompressed(ModelDir(), dir.path()));
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  auto pack = TrunkPack::Open(dir.path(), **ckpt);
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  const PackedBlock& block = (*pack)->layer_run(1)->tensors.back().blocks.front();
+  {
+    std::fstream f((*pack)->pack_path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(block.offset + 7));
+    f.put('\x5a');
+  }
+  EngineOptions o = Options();
+  o.memory.preset = "ultra";
+  o.trunk_dir = dir.path();
+  auto run = Stream(o);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kDataLoss) << run.status();
+  EXPECT_THAT(run.status().message(),
+              AllOf(HasSubstr("trunk.pack"), HasSubstr(absl::StrCat("offset ", block.offset)),
+                    HasSubstr("checksum")));
 }
 
 TEST_F(EngineTest, LookaheadPredictsAndIsScored) {

@@ -1,0 +1,164 @@
+// Benchmarks of the lossless BF16 codec (kernels/bf16_codec.h), linked into k3_bench_kernels.
+// Data: Gaussian BF16 with the scale of trained weights (sigma 0.0118). Rates are per CPU second:
+// in_bytes_per_second counts compressed bytes consumed (to compare with the disk), and
+// out_bytes_per_second the BF16 bytes produced.
+//
+//   L1L2:  8 x 7168 values, in L2: the compute ceiling.
+//   Hot:   one group of 64 x 7168 values, input and output stay in L2/L3.
+//   Large: one call of 2^24 values (32 MiB out, ~22 MiB in): neither fits in cache.
+//   Cold:  rotates through 512 MiB of copies of the compressed group, so the input comes from
+//          DRAM as after a disk read, into one reused (cache-resident) output group.
+//
+// Run: k3_bench_kernels --benchmark_filter=Bf16Codec
+#include <benchmark/benchmark.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/bf16_codec.h"
+
+namespace k3::bench {
+namespace {
+
+constexpr size_t kGroupValues = 64 * 7168;
+constexpr size_t kSmallValues = 8 * 7168;
+constexpr size_t kLargeValues = size_t{1} << 24;
+constexpr size_t kColdPoolBytes = size_t{512} << 20;
+
+// Page-aligned, touched before timing (as the weight buffers the engine reads into).
+template <class T>
+struct PageArray {
+  explicit PageArray(size_t n)
+      : data(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t{4096}))), size(n) {
+    std::memset(data.get(), 0, n * sizeof(T));
+  }
+  struct Delete {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t{4096}); }
+  };
+  std::unique_ptr<T[], Delete> data;
+  size_t size;
+  std::span<T> span() const { return {data.get(), size}; }
+};
+
+std::vector<uint16_t> GaussianBf16(size_t n) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 0.0118f);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) {
+    const uint32_t u = std::bit_cast<uint32_t>(dist(rng));
+    x = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+  }
+  return v;
+}
+
+struct Encoded {
+  explicit Encoded(size_t n) : values(GaussianBf16(n)), bytes(kernels::Bf16EncodedBound(n)) {
+    bytes.size = kernels::Bf16Encode(values, bytes.span());
+  }
+  std::vector<uint16_t> values;
+  PageArray<uint8_t> bytes;
+};
+
+const Encoded& Group() {
+  static const Encoded* e = new Encoded(kGroupValues);
+  return *e;
+}
+const Encoded& Small() {
+  static const Encoded* e = new Encoded(kSmallValues);
+  return *e;
+}
+const Encoded& Large() {
+  static const Encoded* e = new Encoded(kLargeValues);
+  return *e;
+}
+
+void SetRates(benchmark::State& state, size_t in_bytes, size_t values) {
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["in_bytes_per_second"] =
+      benchmark::Counter(static_cast<double>(in_bytes) * iters, benchmark::Counter::kIsRate);
+  state.counters["out_bytes_per_second"] =
+      benchmark::Counter(static_cast<double>(values * 2) * iters, benchmark::Counter::kIsRate);
+  state.counters["ratio"] = static_cast<double>(in_bytes) / static_cast<double>(values * 2);
+}
+
+using DecodeFn = bool (*)(std::span<const uint8_t>, std::span<uint16_t>);
+
+void DecodeBench(benchmark::State& state, const Encoded& e, DecodeFn decode) {
+  PageArray<uint16_t> out(e.values.size());
+  for (auto _ : state) {
+    if (!decode(e.bytes.span(), out.span())) throw std::runtime_error("decode failed");
+    benchmark::DoNotOptimize(out.data.get());
+    benchmark::ClobberMemory();
+  }
+  if (std::memcmp(out.data.get(), e.values.data(), e.values.size() * 2) != 0)
+    throw std::runtime_error("decode mismatch");
+  SetRates(state, e.bytes.size, e.values.size());
+}
+
+void BM_Bf16CodecDecodeHot(benchmark::State& s) { DecodeBench(s, Group(), kernels::Bf16Decode); }
+void BM_Bf16CodecDecodeScalarHot(benchmark::State& s) {
+  DecodeBench(s, Group(), kernels::Bf16DecodeScalar);
+}
+void BM_Bf16CodecDecodeLarge(benchmark::State& s) { DecodeBench(s, Large(), kernels::Bf16Decode); }
+void BM_Bf16CodecDecodeScalarLarge(benchmark::State& s) {
+  DecodeBench(s, Large(), kernels::Bf16DecodeScalar);
+}
+void BM_Bf16CodecDecodeL1L2(benchmark::State& s) { DecodeBench(s, Small(), kernels::Bf16Decode); }
+BENCHMARK(BM_Bf16CodecDecodeL1L2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Bf16CodecDecodeHot)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Bf16CodecDecodeScalarHot)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Bf16CodecDecodeLarge)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16CodecDecodeScalarLarge)->Unit(benchmark::kMillisecond);
+
+void DecodeColdBench(benchmark::State& state, DecodeFn decode) {
+  const Encoded& e = Group();
+  // Page-aligned copies, each read once per pass over the pool.
+  const size_t stride = (e.bytes.size + 4095) / 4096 * 4096;
+  const size_t copies = kColdPoolBytes / stride;
+  static const PageArray<uint8_t>* pool = [&] {
+    auto* p = new PageArray<uint8_t>(copies * stride);
+    for (size_t c = 0; c < copies; ++c)
+      std::memcpy(p->data.get() + c * stride, e.bytes.data.get(), e.bytes.size);
+    return p;
+  }();
+  PageArray<uint16_t> out(e.values.size());
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::span<const uint8_t> in(pool->data.get() + next * stride, e.bytes.size);
+    if (!decode(in, out.span())) throw std::runtime_error("decode failed");
+    benchmark::DoNotOptimize(out.data.get());
+    benchmark::ClobberMemory();
+    next = next + 1 == copies ? 0 : next + 1;
+  }
+  SetRates(state, e.bytes.size, e.values.size());
+}
+void BM_Bf16CodecDecodeCold(benchmark::State& s) { DecodeColdBench(s, kernels::Bf16Decode); }
+void BM_Bf16CodecDecodeScalarCold(benchmark::State& s) {
+  DecodeColdBench(s, kernels::Bf16DecodeScalar);
+}
+BENCHMARK(BM_Bf16CodecDecodeCold)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Bf16CodecDecodeScalarCold)->Unit(benchmark::kMicrosecond);
+
+void BM_Bf16CodecEncode(benchmark::State& state) {
+  const Encoded& e = Group();
+  PageArray<uint8_t> out(kernels::Bf16EncodedBound(e.values.size()));
+  size_t bytes = 0;
+  for (auto _ : state) {
+    bytes = kernels::Bf16Encode(e.values, out.span());
+    benchmark::DoNotOptimize(out.data.get());
+    benchmark::ClobberMemory();
+  }
+  // Encode rates are of the raw input (BF16 bytes read).
+  SetRates(state, bytes, e.values.size());
+}
+BENCHMARK(BM_Bf16CodecEncode)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace k3::bench
