@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/bf16_stats.h"
 #include "core/config.h"
+#include "kernels/bf16_stats.h"
 
 namespace k3 {
 

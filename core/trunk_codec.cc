@@ -16,7 +16,13 @@ uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 uint64_t RowBytes(const PackedTensor& t) { return t.length / static_cast<uint64_t>(t.shape[0]); }
 
-std::string BlockText(const PackedTensor& t, const PackedBlock& b, uint64_t first_row) {
+// Names the block in messages (its first row is counted only then, off the decode path).
+std::string BlockText(const PackedTensor& t, const PackedBlock& b) {
+  uint64_t first_row = 0;
+  for (const PackedBlock& other : t.blocks) {
+    if (&other == &b) break;
+    first_row += other.rows;
+  }
   return absl::StrCat("tensor ", t.name, " rows ", first_row, "-", first_row + b.rows - 1,
                       " (block at offset ", b.offset, ", ", b.length, " bytes)");
 }
@@ -48,7 +54,7 @@ bool IsCompressible(const TensorInfo& info, bool is_embedding) {
 uint64_t RowsPerBlock(uint64_t rows, uint64_t row_bytes, uint64_t block_bytes) {
   const uint64_t fit = std::max<uint64_t>(1, block_bytes / std::max<uint64_t>(1, row_bytes));
   if (fit >= rows) return rows;
-  return std::max(kBlockRowMultiple, fit / kBlockRowMultiple * kBlockRowMultiple);
+  return std::max(kMatMulRowsPerTask, fit / kMatMulRowsPerTask * kMatMulRowsPerTask);
 }
 
 std::vector<std::pair<size_t, size_t>> BlockPieces(const PackedTensor& t, uint64_t piece_bytes,
@@ -115,18 +121,13 @@ absl::Status WriteCompressedTensor(const Checkpoint& ckpt, const TensorInfo& inf
 absl::Status DecodeBlock(const PackedTensor& t, const PackedBlock& block,
                          std::span<const uint8_t> stored, std::span<uint8_t> out,
                          const std::string& file) {
-  uint64_t first_row = 0;
-  for (const PackedBlock& b : t.blocks) {
-    if (&b == &block) break;
-    first_row += b.rows;
-  }
   if (stored.size() != block.length || BlockHash(stored) != block.hash) {
-    return absl::DataLossError(absl::StrCat(file, ": ", BlockText(t, block, first_row),
+    return absl::DataLossError(absl::StrCat(file, ": ", BlockText(t, block),
                                             ": checksum mismatch, the pack is damaged; re-run ",
                                             "k3 pack"));
   }
   if (out.size() != block.rows * RowBytes(t) || !kernels::Bf16Decode(stored, AsValues(out))) {
-    return absl::DataLossError(absl::StrCat(file, ": ", BlockText(t, block, first_row),
+    return absl::DataLossError(absl::StrCat(file, ": ", BlockText(t, block),
                                             ": the codec refuses the block (codec ", t.codec,
                                             " version ", kPackCodecVersion, ")"));
   }

@@ -14,22 +14,21 @@
 
 #include "absl/status/status.h"
 #include "core/checkpoint.h"
+#include "core/model/weights.h"
 #include "core/trunk_pack.h"
 #include "io/file.h"
 
 namespace k3 {
 
 inline constexpr uint64_t kBlockTargetBytes = 4ull << 20;
-// Blocks hold a multiple of this many rows where the matrix has more, as pieces of the trunk
-// ring do (a piece of whole blocks splits into the product's row tasks like the whole matrix).
-inline constexpr uint64_t kBlockRowMultiple = 64;
 
 // Whether `k3 pack --codec` compresses this tensor: BF16 matrices but the embedding (read by
 // rows on demand, never streamed through the ring).
 bool IsCompressible(const TensorInfo& info, bool is_embedding);
 
 // Rows in each block (the last may hold fewer) of a matrix of `rows` rows of `row_bytes`, for
-// blocks of about `block_bytes` decoded.
+// blocks of about `block_bytes` decoded: a multiple of kMatMulRowsPerTask where the matrix has
+// more, as the ring's pieces are.
 uint64_t RowsPerBlock(uint64_t rows, uint64_t row_bytes, uint64_t block_bytes);
 
 // The pieces the trunk ring reads a compressed matrix in: ranges [first, last) of its blocks,

@@ -330,12 +330,11 @@ absl::StatusOr<std::string> CheckHeader(const ManifestReader& r, const json& roo
   auto codec_version = r.U64(**codec, "version", "codec");
   if (!name.ok()) return name.status();
   if (!codec_version.ok()) return codec_version.status();
-  const auto& known = PackCodecNames();
-  if (std::find(known.begin(), known.end(), *name) == known.end() ||
-      *codec_version != kPackCodecVersion) {
-    return r.Error("codec", absl::StrCat("\"", *name, "\" version ", *codec_version,
-                                         " is not a codec this k3 decodes (", known.front(),
-                                         " version ", kPackCodecVersion, "); re-run k3 pack"));
+  if (!IsPackCodec(*name) || *codec_version != kPackCodecVersion) {
+    return r.Error("codec",
+                   absl::StrCat("\"", *name, "\" version ", *codec_version,
+                                " is not a codec this k3 decodes (", PackCodecNames().front(),
+                                " version ", kPackCodecVersion, "); re-run k3 pack"));
   }
   return *name;
 }

@@ -65,29 +65,21 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8
 // Offsets are assigned while writing (WriteRuns): a compressed tensor's size is known only
 // once it is encoded.
 std::vector<PackedRun> PlanLayout(const Checkpoint& ckpt, bool compress) {
-  std::map<int64_t, std::vector<const TensorInfo*>> by_layer;  // -1 sorts first
-  absl::flat_hash_set<const TensorInfo*> compressible;
+  std::map<int64_t, PackedRun> by_layer;  // -1 sorts first
   for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
     const TensorInfo* t = ckpt.Find(spec.name);
-    by_layer[spec.layer].push_back(t);
-    if (compress && IsCompressible(*t, spec.group == TensorGroup::kEmbedding)) {
-      compressible.insert(t);
-    }
+    PackedTensor p;
+    p.name = t->name;
+    p.dtype = t->dtype;
+    p.shape = t->shape;
+    p.length = p.stored = t->byte_size;
+    if (compress && IsCompressible(*t, spec.group == TensorGroup::kEmbedding)) p.codec = kBf16Codec;
+    PackedRun& run = by_layer[spec.layer];
+    run.layer = spec.layer;
+    run.tensors.push_back(std::move(p));
   }
   std::vector<PackedRun> runs;
-  for (const auto& [layer, infos] : by_layer) {
-    PackedRun run{layer, 0, 0, {}};
-    for (const TensorInfo* t : infos) {
-      PackedTensor p;
-      p.name = t->name;
-      p.dtype = t->dtype;
-      p.shape = t->shape;
-      p.length = p.stored = t->byte_size;
-      if (compressible.contains(t)) p.codec = kBf16Codec;
-      run.tensors.push_back(std::move(p));
-    }
-    runs.push_back(std::move(run));
-  }
+  for (auto& [layer, run] : by_layer) runs.push_back(std::move(run));
   return runs;
 }
 
@@ -362,6 +354,11 @@ const std::vector<std::string>& PackCodecNames() {
   return kNames;
 }
 
+bool IsPackCodec(const std::string& name) {
+  const auto& names = PackCodecNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 const PackedRun* TrunkPack::layer_run(int64_t layer) const {
   auto it = by_layer_.find(layer);
   return it == by_layer_.end() ? nullptr : &runs_[it->second];
@@ -377,6 +374,10 @@ const PackedTensor* TrunkPack::Find(const std::string& name) const {
 absl::StatusOr<PackResult> WriteTrunkPack(const Checkpoint& ckpt, const std::string& out_dir,
                                           const PackOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  if (!options.codec.empty() && !IsPackCodec(options.codec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--codec ", options.codec, ": unknown codec (one of: ", PackCodecNames().front(), ")"));
+  }
   if (absl::Status s = io::MakeDirectories(out_dir); !s.ok()) return s;
   const std::string pack_path = JoinPath(out_dir, kTrunkPackFile);
   const std::string manifest_path = JoinPath(out_dir, kTrunkManifestFile);

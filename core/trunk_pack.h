@@ -120,8 +120,9 @@ struct PackOptions {
   uint64_t block_bytes = 0;  // compressed blocks' decoded size; 0 = kBlockTargetBytes
 };
 
-// The codecs `k3 pack --codec` knows.
+// The codecs `k3 pack --codec` knows, and whether `name` is one of them.
 const std::vector<std::string>& PackCodecNames();
+bool IsPackCodec(const std::string& name);
 
 struct PackResult {
   uint64_t bytes = 0;         // size of trunk.pack
@@ -130,7 +131,8 @@ struct PackResult {
   double seconds = 0;  // writing and, when asked, verifying
 };
 
-// Writes out_dir/trunk.pack and trunk.json. Each goes to a .partial file renamed at the end, the
+// Writes out_dir/trunk.pack and trunk.json; an unknown codec is InvalidArgument before anything
+// is touched. Each goes to a .partial file renamed at the end, the
 // manifest last and only after the pack verified (when options.verify), and a stale manifest is
 // removed first: an interrupted or failed pack never leaves a pair that Open accepts. Write
 // errors name the output file; partial files are removed.

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/bf16_stats.h"
 #include "kernels/dispatch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -108,6 +109,21 @@ bool PaddingBitsOk(uint64_t p0, uint64_t p1, uint64_t p2, size_t count) {
   return count == kBlock || ((p0 | p1 | p2) >> count) == 0;
 }
 
+// The three 64-bit planes of block b.
+struct Planes {
+  uint64_t p0, p1, p2;
+};
+inline Planes LoadPlanes(const Coded& c, size_t b) {
+  const uint8_t* pl = c.planes + kPlaneBytes * b;
+  return {LoadU64(pl), LoadU64(pl + 8), LoadU64(pl + 16)};
+}
+
+// The 3-bit code of value j of a block.
+inline uint32_t CodeAt(const Planes& p, size_t j) {
+  return static_cast<uint32_t>(((p.p0 >> j) & 1) | (((p.p1 >> j) & 1) << 1) |
+                               (((p.p2 >> j) & 1) << 2));
+}
+
 inline uint16_t Assemble(uint32_t sm, uint32_t e) {
   return static_cast<uint16_t>(((sm & 1) << 15) | (e << 7) | (sm >> 1));
 }
@@ -115,13 +131,11 @@ inline uint16_t Assemble(uint32_t sm, uint32_t e) {
 bool DecodeCodedScalar(const Coded& c, uint16_t* out) {
   size_t esc = 0, raw = 0;
   for (size_t b = 0; b < c.blocks; ++b) {
-    const uint8_t* pl = c.planes + kPlaneBytes * b;
-    const uint64_t p0 = LoadU64(pl), p1 = LoadU64(pl + 8), p2 = LoadU64(pl + 16);
+    const Planes p = LoadPlanes(c, b);
     const size_t base = b * kBlock, count = std::min(kBlock, c.n - base);
-    if (!PaddingBitsOk(p0, p1, p2, count)) return false;
+    if (!PaddingBitsOk(p.p0, p.p1, p.p2, count)) return false;
     for (size_t j = 0; j < count; ++j) {
-      const uint32_t code =
-          static_cast<uint32_t>(((p0 >> j) & 1) | (((p1 >> j) & 1) << 1) | (((p2 >> j) & 1) << 2));
+      const uint32_t code = CodeAt(p, j);
       uint32_t e = c.t1[code];
       if (code == kTier1) {
         if (esc == c.n_esc) return false;
@@ -251,13 +265,11 @@ K3_AVX512_TARGET bool DecodeCodedAvx512(const Coded& c, uint16_t* out) {
   }
   if (stream) _mm_sfence();
   if (full < c.blocks) {
-    const uint8_t* pl = c.planes + kPlaneBytes * full;
-    const uint64_t p0 = LoadU64(pl), p1 = LoadU64(pl + 8), p2 = LoadU64(pl + 16);
+    const Planes p = LoadPlanes(c, full);
     const size_t base = full * kBlock, count = c.n - base;
-    if (!PaddingBitsOk(p0, p1, p2, count)) return false;
+    if (!PaddingBitsOk(p.p0, p.p1, p.p2, count)) return false;
     for (size_t j = 0; j < count; ++j) {
-      const uint32_t code =
-          static_cast<uint32_t>(((p0 >> j) & 1) | (((p1 >> j) & 1) << 1) | (((p2 >> j) & 1) << 2));
+      const uint32_t code = CodeAt(p, j);
       uint32_t e = c.t1[code];
       if (code == kTier1) {
         if (pos == c.n_esc) return false;
@@ -296,15 +308,8 @@ size_t Bf16Encode(std::span<const uint16_t> values, std::span<uint8_t> out) {
   const size_t n = values.size();
   if (out.size() < Bf16EncodedBound(n)) throw std::invalid_argument("Bf16Encode: out too small");
 
-  // Four histograms so that runs of equal exponents do not serialize on one counter.
-  std::array<std::array<uint64_t, 256>, 4> hist{};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (size_t k = 0; k < 4; ++k) ++hist[k][(values[i + k] >> 7) & 0xFF];
-  }
-  for (; i < n; ++i) ++hist[0][(values[i] >> 7) & 0xFF];
-  std::array<uint64_t, 256> count{};
-  for (size_t e = 0; e < 256; ++e) count[e] = hist[0][e] + hist[1][e] + hist[2][e] + hist[3][e];
+  ExponentHistogram count{};
+  CountBf16Exponents({reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()}, count);
   // Most frequent first, ties by exponent value: deterministic.
   std::array<uint8_t, 256> order;
   std::iota(order.begin(), order.end(), uint8_t{0});

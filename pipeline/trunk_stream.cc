@@ -13,10 +13,6 @@
 namespace k3 {
 namespace {
 
-// Rows per piece, where a matrix has that many: a multiple of the row tasks of MatMul, so a
-// piece splits into the same tasks as the whole matrix would.
-constexpr size_t kRowAlignment = 64;
-
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -123,7 +119,8 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
   const size_t rows = static_cast<size_t>(t.shape[0]);
   const uint64_t row_bytes = t.byte_size / rows;
   size_t per_piece = whole ? rows : std::max<size_t>(1, piece_bytes / row_bytes);
-  if (per_piece >= kRowAlignment && per_piece < rows) per_piece -= per_piece % kRowAlignment;
+  if (per_piece >= kMatMulRowsPerTask && per_piece < rows)
+    per_piece -= per_piece % kMatMulRowsPerTask;
   io::FileId file = shard_files_[t.shard];
   uint64_t base = t.file_offset;
   const PackedTensor* packed = pack != nullptr ? pack->Find(t.name) : nullptr;

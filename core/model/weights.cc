@@ -18,10 +18,6 @@
 namespace k3 {
 namespace {
 
-// Rows per parallel task: enough work per task to amortise scheduling, fixed so the split does
-// not depend on the thread count (not that it could change a row's result).
-constexpr size_t kRowsPerTask = 64;
-
 kernels::Bf16Matrix AsBf16(const Matrix& w) {
   return {{static_cast<const uint16_t*>(w.data), w.rows * w.cols}, w.rows, w.cols};
 }
@@ -44,7 +40,7 @@ namespace {
 
 void ResidentMatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
   tbb::parallel_for(
-      tbb::blocked_range<size_t>(0, w.rows, kRowsPerTask),
+      tbb::blocked_range<size_t>(0, w.rows, kMatMulRowsPerTask),
       [&](const tbb::blocked_range<size_t>& r) { MatMulRows(w, x, tokens, y, r.begin(), r.end()); },
       tbb::simple_partitioner());
 }

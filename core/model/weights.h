@@ -16,6 +16,11 @@
 
 namespace k3 {
 
+// Rows per parallel task of a product: enough work per task to amortise scheduling, fixed so the
+// split does not depend on the thread count (not that it could change a row's result). Streamed
+// pieces and compressed blocks hold multiples of it, so they split into the same tasks.
+inline constexpr size_t kMatMulRowsPerTask = 64;
+
 class PieceSource;
 
 // A row-major matrix [rows, cols] of BF16 or F32 values: resident (`data`), or streamed, its
