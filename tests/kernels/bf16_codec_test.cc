@@ -165,8 +165,10 @@ TEST(Bf16Codec, DecodesWhenEveryValueEscapes) {
     uint8_t unused15[15];
     for (int k = 0; k < 15; ++k) unused15[k] = static_cast<uint8_t>(0xE0 + k);
     ExpectDecodes(ReferenceEncode(v, unused7, unused15), v);  // all tier 3
-    const std::vector<uint16_t> bits = RandomBits(n, 13);     // a mix of all three tiers
-    ExpectDecodes(ReferenceEncode(bits, t2, t2 + 7), bits);
+    uint8_t tiers[7 + 15];  // 22 exponents: tier 1, then tier 2 (the rest of 256 is tier 3)
+    for (int k = 0; k < 22; ++k) tiers[k] = static_cast<uint8_t>(0x70 + k);
+    const std::vector<uint16_t> bits = RandomBits(n, 13);  // a mix of all three tiers
+    ExpectDecodes(ReferenceEncode(bits, tiers, tiers + 7), bits);
   }
 }
 
