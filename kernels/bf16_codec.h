@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace k3::kernels {
 
@@ -46,12 +47,18 @@ size_t Bf16Encode(std::span<const uint16_t> values, std::span<uint8_t> out);
 
 // Decodes exactly out.size() values from `in`, the whole of one Bf16Encode output. Returns false
 // (out may then hold garbage) when `in` is malformed. Never reads outside `in` or writes outside
-// `out`, whatever the bytes. Bf16Decode uses AVX-512 (VBMI2) when the CPU has it and the kernel
-// target is not forced below AVX3; Bf16DecodeScalar is the portable twin with the same results.
+// `out`, whatever the bytes. Bf16Decode takes the best path of the CPU and the kernel target
+// (ActiveBf16DecodePath); Bf16DecodeScalar is the portable twin with the same results.
 bool Bf16Decode(std::span<const uint8_t> in, std::span<uint16_t> out);
 bool Bf16DecodeScalar(std::span<const uint8_t> in, std::span<uint16_t> out);
 
-// True when Bf16Decode would take the AVX-512 path now.
-bool Bf16DecodeUsesSimd();
+// The decoder's code paths: AVX-512 with VBMI2 (byte permutes and expand), AVX2, portable.
+enum class Bf16DecodePath { kScalar, kAvx2, kAvx512 };
+
+// The path Bf16Decode takes now: AVX-512 when the CPU has VBMI2 and the kernel target is an
+// AVX3 one, AVX2 when the CPU has it and the target is AVX2 or better, else scalar (so forcing a
+// lesser kernel target, as the tests do, forces the decoder down with it).
+Bf16DecodePath ActiveBf16DecodePath();
+std::string_view Bf16DecodePathName(Bf16DecodePath path);
 
 }  // namespace k3::kernels

@@ -325,17 +325,19 @@ void TrunkStreamer::DecodeAheadLocked() {
     free_ahead_buffers_.pop_back();
     next->ahead_buffer = true;
     next->state = SlotState::kQueued;
+    decode_tasks_queued_.fetch_add(1, std::memory_order_release);
     decode_tasks_->run([this, next] { RunDecodeAhead(*next); });
   }
 }
 
 void TrunkStreamer::RunDecodeAhead(Slot& slot) {
+  (void)decode_tasks_queued_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(mu_);
   if (slot.state != SlotState::kQueued) return;  // acquired first: decoded by its acquirer
   slot.state = SlotState::kDecoding;
   const Piece& p = pieces_[slot.piece];
   lock.unlock();
-  absl::Status s = Decode(p, slot.data, slot.decoded.first(p.rows * p.cols * 2));
+  absl::Status s = Decode(p, slot.data, slot.decoded.first(p.rows * p.cols * 2), true);
   lock.lock();
   if (s.ok()) {
     slot.is_decoded = true;
@@ -350,7 +352,7 @@ void TrunkStreamer::RunDecodeAhead(Slot& slot) {
 // The piece's blocks, each checked and decoded on its own, in parallel: the acquiring thread and
 // any worker that is idle (at the streaming budget the cores are waiting for the disk).
 absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stored,
-                                   std::span<uint8_t> out) {
+                                   std::span<uint8_t> out, bool ahead) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t row_bytes = p.cols * 2;
   std::vector<uint64_t> first_row(p.block_end - p.block_begin + 1, 0);
@@ -366,6 +368,7 @@ absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stor
   {
     std::lock_guard<std::mutex> lock(mu_);
     decode_seconds_ += Since(t0);
+    ++(ahead ? decoded_ahead_ : decoded_on_use_);
   }
   for (const absl::Status& s : status) {
     if (!s.ok()) return s;
@@ -381,7 +384,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::View(Slot& slot) {
   if (p.packed != nullptr) {
     const std::span<uint8_t> out = slot.decoded.first(p.rows * p.cols * 2);
     if (!slot.is_decoded) {
-      if (absl::Status s = Decode(p, slot.data, out); !s.ok()) return s;
+      if (absl::Status s = Decode(p, slot.data, out, false); !s.ok()) return s;
     }
     m.data = out.data();
   }
@@ -485,7 +488,10 @@ void TrunkStreamer::TakeMetrics(StepMetrics& m) {
   m.io_wait_seconds += wait_seconds_;
   m.trunk_wait_seconds += wait_seconds_;
   m.trunk_decode_seconds += decode_seconds_;
+  m.trunk_pieces_decoded_ahead += decoded_ahead_;
+  m.trunk_pieces_decoded_on_use += decoded_on_use_;
   decode_seconds_ = 0;
+  decoded_ahead_ = decoded_on_use_ = 0;
   m.trunk_pieces_out_of_order += out_of_order_ - out_of_order_reported_;
   bytes_read_ = 0;
   wait_seconds_ = 0;

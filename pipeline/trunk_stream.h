@@ -5,10 +5,12 @@
 // one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
 // piece, the next ones load into the other slots; releasing a piece frees its slot for the next
 // one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
-// of a compressed pack is whole blocks, decoded (and checked) by the thread that acquires it. When
-// the embedding is not resident, the rows a token needs are read on demand.
+// of a compressed pack is whole blocks, checked and decoded ahead of use by an idle worker, or
+// by the thread that acquires it if no worker got to it first. When the embedding is not
+// resident, the rows a token needs are read on demand.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -101,7 +103,9 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   void ScheduleAheadLocked();
   void OnRead(Slot& slot, io::ReadResult result);
   absl::StatusOr<RowPiece> View(Slot& slot);
-  absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out);
+  // Checks and decodes the piece's blocks into `out`; `ahead`: on a worker, before its use.
+  absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out,
+                      bool ahead);
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
@@ -127,6 +131,10 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   int64_t last_acquired_ = -1;
   // Behind a pointer: task_group may throw from its destructor; ours must not.
   std::unique_ptr<tbb::task_group> decode_tasks_ = std::make_unique<tbb::task_group>();
+  // Released before each decode task is queued, acquired when it starts: oneTBB orders the two,
+  // but in code ThreadSanitizer does not see (Debian's build is not instrumented), so without
+  // this it takes the task's first lock of mu_ for a race with mu_'s construction.
+  std::atomic<uint64_t> decode_tasks_queued_ = 0;
   int64_t next_ = 0;  // the next piece to read ahead
   int reads_in_flight_ = 0;
   absl::Status error_;
@@ -135,6 +143,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   uint64_t bytes_read_ = 0;
   double wait_seconds_ = 0;
   double decode_seconds_ = 0;
+  uint64_t decoded_ahead_ = 0, decoded_on_use_ = 0;  // pieces, since the last TakeMetrics
 };
 
 }  // namespace k3

@@ -7,7 +7,10 @@
 # pack, alternating (the machine's speed drifts; the ratio is taken within a round), each a fresh
 # process reading with O_DIRECT: 8 prompt tokens, N decode tokens, --ignore-eos. The raw read
 # bandwidth of the same binary is measured before and after (`k3 bench --raw`, 4 MiB reads at
-# queue depth 32), and the I/O floor of a run is its bytes read per token over it.
+# queue depth 32); the engine's own runs may sustain more than that short probe, so the
+# bandwidth of a run's I/O floor (its bytes read per token over it) is the higher of the probe
+# and the best any disk-bound run of the table sustained (GB/token over s/token, disk busy
+# >= 95 %).
 #
 # Usage: bench/pipeline/trunk_bound.sh MODEL_DIR RAW_PACK_DIR CODEC_PACK_DIR "MEMORY FLAGS" ...
 #   env: BUILD (build), REPEAT (3), N (6)
@@ -48,13 +51,23 @@ import json, statistics, sys
 out, repeat, settings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def raw_gbs(i):
     return json.load(open(f"{out}/raw{i}.json"))["results"][0]["gbps_median"]
-bw = statistics.median([raw_gbs(1), raw_gbs(2)])
+def load(i, p, r):
+    return json.load(open(f"{out}/{i}.{p}.{r}.json"))
+def gb_per_token(x):
+    steps = max(1, len(x["per_token"]) - 1)
+    return sum(v for v in x["bytes_read"].values()) / steps / 1e9
+probe = statistics.median([raw_gbs(1), raw_gbs(2)])
+sustained = max([gb_per_token(x) / x["seconds_per_token"]
+                 for i in range(1, settings + 1) for p in ("raw", "codec")
+                 for x in [load(i, p, r) for r in range(1, repeat + 1)]
+                 if x["disk_busy_fraction"] >= 0.95] + [0])
+bw = max(probe, sustained)
 print(f"raw read bandwidth: {raw_gbs(1):.2f} GB/s before, {raw_gbs(2):.2f} GB/s after; "
-      f"the floor uses {bw:.2f}")
+      f"best sustained by a disk-bound run {sustained:.2f}; the floor uses {bw:.2f}")
 print()
 print("| memory | pack | s/token | x raw | GB/token | trunk GB | experts GB | x I/O floor |"
-      " decode s/token | stall s/token | disk busy |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      " decode s/token | decoded ahead | stall s/token | disk busy |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for i in range(1, settings + 1):
     memory = open(f"{out}/memory{i}").read().strip()
     runs = {p: [json.load(open(f"{out}/{i}.{p}.{r}.json")) for r in range(1, repeat + 1)]
@@ -69,6 +82,7 @@ for i in range(1, settings + 1):
     for p in ("raw", "codec"):
         def m(f): return statistics.median(f(x) for x in runs[p])
         steps = lambda x: max(1, len(x["per_token"]) - 1)
+        ahead = lambda d: 100 * d["ahead"] / max(1, d["ahead"] + d["on_use"])
         spt = m(lambda x: x["seconds_per_token"])
         trunk = m(lambda x: x["bytes_read"]["trunk"] / steps(x) / 1e9)
         experts = m(lambda x: sum(v for k, v in x["bytes_read"].items()
@@ -78,6 +92,7 @@ for i in range(1, settings + 1):
         print(f"| `{memory}` | {p} | {spt:.3f} | {ratio} | {gb:.2f} | {trunk:.2f} | {experts:.2f} | "
               f"{spt / (gb / bw) if gb > 0 else 0:.2f} | "
               f"{m(lambda x: x['trunk_decode_seconds'] / steps(x)):.3f} | "
+              f"{m(lambda x: ahead(x['trunk_pieces_decoded'])):.0f}% | "
               f"{m(lambda x: x['io_wait_seconds'] / steps(x)):.3f} | "
               f"{m(lambda x: x['disk_busy_fraction']):.2f} |")
 PY

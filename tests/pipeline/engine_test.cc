@@ -383,6 +383,11 @@ TEST_F(EngineTest, StreamingFromACompressedPackGivesTheSameBitsFromFewerBytes) {
   EXPECT_LT(run->decode.trunk_bytes, from_raw->decode.trunk_bytes);
   EXPECT_GT(run->decode.trunk_decode_seconds, 0);
   EXPECT_EQ(from_raw->decode.trunk_decode_seconds, 0);
+  // Every compressed piece acquired was decoded once, ahead or on use (which of the two depends
+  // on the threads' timing, so only the sum is fixed).
+  EXPECT_GT(run->decode.trunk_pieces_decoded_ahead + run->decode.trunk_pieces_decoded_on_use, 0u);
+  EXPECT_EQ(from_raw->decode.trunk_pieces_decoded_ahead, 0u);
+  EXPECT_EQ(from_raw->decode.trunk_pieces_decoded_on_use, 0u);
 }
 
 // A block damaged on disk after the pack was made: the step fails with DataLoss naming the pack
