@@ -1,5 +1,6 @@
 #include "pipeline/trunk_stream.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -12,6 +13,15 @@
 
 namespace k3 {
 namespace {
+
+// oneTBB orders a task after its spawn, but in code ThreadSanitizer does not see (Debian's
+// build is not instrumented), so a worker's first reads of a decode task's captures and of the
+// streamer look unordered with the writes before the spawn. A release when the task object is
+// written and an acquire before the task reads anything make the order visible. (Not a member:
+// reaching one would read the captured `this` first.)
+std::atomic<uint64_t> decode_tasks_ready{0};
+void TaskReady() { decode_tasks_ready.fetch_add(1, std::memory_order_release); }
+void TaskStarted() { (void)decode_tasks_ready.load(std::memory_order_acquire); }
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -325,13 +335,16 @@ void TrunkStreamer::DecodeAheadLocked() {
     free_ahead_buffers_.pop_back();
     next->ahead_buffer = true;
     next->state = SlotState::kQueued;
-    decode_tasks_queued_.fetch_add(1, std::memory_order_release);
-    decode_tasks_->run([this, next] { RunDecodeAhead(*next); });
+    tbb::task_handle task = decode_tasks_->defer([this, next] {
+      TaskStarted();  // before the captures are read
+      RunDecodeAhead(*next);
+    });
+    TaskReady();  // after the task object is written
+    decode_tasks_->run(std::move(task));
   }
 }
 
 void TrunkStreamer::RunDecodeAhead(Slot& slot) {
-  (void)decode_tasks_queued_.load(std::memory_order_acquire);
   std::unique_lock<std::mutex> lock(mu_);
   if (slot.state != SlotState::kQueued) return;  // acquired first: decoded by its acquirer
   slot.state = SlotState::kDecoding;

@@ -10,7 +10,6 @@
 // resident, the rows a token needs are read on demand.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -131,10 +130,6 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   int64_t last_acquired_ = -1;
   // Behind a pointer: task_group may throw from its destructor; ours must not.
   std::unique_ptr<tbb::task_group> decode_tasks_ = std::make_unique<tbb::task_group>();
-  // Released before each decode task is queued, acquired when it starts: oneTBB orders the two,
-  // but in code ThreadSanitizer does not see (Debian's build is not instrumented), so without
-  // this it takes the task's first lock of mu_ for a race with mu_'s construction.
-  std::atomic<uint64_t> decode_tasks_queued_ = 0;
   int64_t next_ = 0;  // the next piece to read ahead
   int reads_in_flight_ = 0;
   absl::Status error_;
