@@ -129,30 +129,47 @@ inline uint16_t Assemble(uint32_t sm, uint32_t e) {
   return static_cast<uint16_t>(((sm & 1) << 15) | (e << 7) | (sm >> 1));
 }
 
-bool DecodeCodedScalar(const Coded& c, uint16_t* out) {
+// The escapes' exponents in value order: T2 by nibble, else the next raw byte.
+struct EscapeReader {
+  const Coded& c;
   size_t esc = 0, raw = 0;
-  for (size_t b = 0; b < c.blocks; ++b) {
-    const Planes p = LoadPlanes(c, b);
-    const size_t base = b * kBlock, count = std::min(kBlock, c.n - base);
-    if (!PaddingBitsOk(p.p0, p.p1, p.p2, count)) return false;
-    for (size_t j = 0; j < count; ++j) {
-      const uint32_t code = CodeAt(p, j);
-      uint32_t e = c.t1[code];
-      if (code == kTier1) {
-        if (esc == c.n_esc) return false;
-        const uint32_t nib = (c.nibbles[esc >> 1] >> ((esc & 1) * 4)) & 15;
-        ++esc;
-        if (nib < kTier2) {
-          e = c.t2[nib];
-        } else {
-          if (raw == c.n_raw) return false;
-          e = c.raw[raw++];
-        }
-      }
-      out[base + j] = Assemble(c.sm[base + j], e);
+
+  bool Next(uint32_t* e) {
+    if (esc == c.n_esc) return false;
+    const uint32_t nib = (c.nibbles[esc >> 1] >> ((esc & 1) * 4)) & 15;
+    ++esc;
+    if (nib < kTier2) {
+      *e = c.t2[nib];
+      return true;
     }
+    if (raw == c.n_raw) return false;
+    *e = c.raw[raw++];
+    return true;
   }
-  return esc == c.n_esc && raw == c.n_raw && NibblePaddingOk(c);
+  // Every escape and raw byte used, none left over.
+  bool Done() const { return esc == c.n_esc && raw == c.n_raw && NibblePaddingOk(c); }
+};
+
+// Block b value by value: the scalar decoder, and the AVX2 decoder's last, partial block.
+bool DecodeBlockScalar(const Coded& c, size_t b, EscapeReader& escapes, uint16_t* out) {
+  const Planes p = LoadPlanes(c, b);
+  const size_t base = b * kBlock, count = std::min(kBlock, c.n - base);
+  if (!PaddingBitsOk(p.p0, p.p1, p.p2, count)) return false;
+  for (size_t j = 0; j < count; ++j) {
+    const uint32_t code = CodeAt(p, j);
+    uint32_t e = c.t1[code];
+    if (code == kTier1 && !escapes.Next(&e)) return false;
+    out[base + j] = Assemble(c.sm[base + j], e);
+  }
+  return true;
+}
+
+bool DecodeCodedScalar(const Coded& c, uint16_t* out) {
+  EscapeReader escapes{c};
+  for (size_t b = 0; b < c.blocks; ++b) {
+    if (!DecodeBlockScalar(c, b, escapes, out)) return false;
+  }
+  return escapes.Done();
 }
 
 #if K3_BF16_CODEC_X86
@@ -314,55 +331,36 @@ K3_AVX2_TARGET bool DecodeCodedAvx2(const Coded& c, uint16_t* out) {
   std::memcpy(table + 16, c.t1.data(), kTier1);  // vpshufb looks up within each 128-bit lane
   const __m256i t1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(table));
   const size_t full = c.n / kBlock;
-  size_t esc = 0, raw = 0;
-  const auto escaped = [&]() -> int {  // the exponent of the next escape, or -1 if none
-    if (esc == c.n_esc) return -1;
-    const uint32_t nib = (c.nibbles[esc >> 1] >> ((esc & 1) * 4)) & 15;
-    ++esc;
-    if (nib < kTier2) return c.t2[nib];
-    if (raw == c.n_raw) return -1;
-    return c.raw[raw++];
-  };
-  for (size_t b = 0; b < c.blocks; ++b) {
+  EscapeReader escapes{c};
+  for (size_t b = 0; b < full; ++b) {
     const Planes p = LoadPlanes(c, b);
     const size_t base = b * kBlock;
-    if (b < full) {
-      for (size_t h = 0; h < 2; ++h) {
-        const int shift = static_cast<int>(32 * h);
-        const __m256i e = _mm256_shuffle_epi8(t1, CodesAvx2(static_cast<uint32_t>(p.p0 >> shift),
-                                                            static_cast<uint32_t>(p.p1 >> shift),
-                                                            static_cast<uint32_t>(p.p2 >> shift)));
-        const __m256i sm =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.sm + base + 32 * h));
-        // Lane-crossing order first, so that the in-lane unpacks give values 0-15 and 16-31.
-        const __m256i sm_q = _mm256_permute4x64_epi64(sm, 0xD8);
-        const __m256i e_q = _mm256_permute4x64_epi64(e, 0xD8);
-        const __m256i w0 = _mm256_unpacklo_epi8(sm_q, e_q), w1 = _mm256_unpackhi_epi8(sm_q, e_q);
-        // (e << 8 | sm) rotated right by one bit is the bf16 value.
-        const __m256i v0 = _mm256_or_si256(_mm256_srli_epi16(w0, 1), _mm256_slli_epi16(w0, 15));
-        const __m256i v1 = _mm256_or_si256(_mm256_srli_epi16(w1, 1), _mm256_slli_epi16(w1, 15));
-        __m256i* dst = reinterpret_cast<__m256i*>(out + base + 32 * h);
-        _mm256_storeu_si256(dst, v0);
-        _mm256_storeu_si256(dst + 1, v1);
-      }
-      for (uint64_t e = p.p0 & p.p1 & p.p2; e != 0; e &= e - 1) {
-        const size_t j = base + static_cast<size_t>(std::countr_zero(e));
-        const int x = escaped();
-        if (x < 0) return false;
-        out[j] = Assemble(c.sm[j], static_cast<uint32_t>(x));
-      }
-      continue;
+    for (size_t h = 0; h < 2; ++h) {
+      const int shift = static_cast<int>(32 * h);
+      const __m256i e = _mm256_shuffle_epi8(
+          t1, CodesAvx2(static_cast<uint32_t>(p.p0 >> shift), static_cast<uint32_t>(p.p1 >> shift),
+                        static_cast<uint32_t>(p.p2 >> shift)));
+      const __m256i sm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.sm + base + 32 * h));
+      // Lane-crossing order first, so that the in-lane unpacks give values 0-15 and 16-31.
+      const __m256i sm_q = _mm256_permute4x64_epi64(sm, 0xD8);
+      const __m256i e_q = _mm256_permute4x64_epi64(e, 0xD8);
+      const __m256i w0 = _mm256_unpacklo_epi8(sm_q, e_q), w1 = _mm256_unpackhi_epi8(sm_q, e_q);
+      // (e << 8 | sm) rotated right by one bit is the bf16 value.
+      const __m256i v0 = _mm256_or_si256(_mm256_srli_epi16(w0, 1), _mm256_slli_epi16(w0, 15));
+      const __m256i v1 = _mm256_or_si256(_mm256_srli_epi16(w1, 1), _mm256_slli_epi16(w1, 15));
+      __m256i* dst = reinterpret_cast<__m256i*>(out + base + 32 * h);
+      _mm256_storeu_si256(dst, v0);
+      _mm256_storeu_si256(dst + 1, v1);
     }
-    const size_t count = c.n - base;
-    if (!PaddingBitsOk(p.p0, p.p1, p.p2, count)) return false;
-    for (size_t j = 0; j < count; ++j) {
-      const uint32_t code = CodeAt(p, j);
-      int x = c.t1[code];
-      if (code == kTier1 && (x = escaped()) < 0) return false;
-      out[base + j] = Assemble(c.sm[base + j], static_cast<uint32_t>(x));
+    for (uint64_t m = p.p0 & p.p1 & p.p2; m != 0; m &= m - 1) {
+      const size_t j = base + static_cast<size_t>(std::countr_zero(m));
+      uint32_t e;
+      if (!escapes.Next(&e)) return false;
+      out[j] = Assemble(c.sm[j], e);
     }
   }
-  return esc == c.n_esc && raw == c.n_raw && NibblePaddingOk(c);
+  if (full < c.blocks && !DecodeBlockScalar(c, full, escapes, out)) return false;
+  return escapes.Done();
 }
 
 #endif  // K3_BF16_CODEC_X86

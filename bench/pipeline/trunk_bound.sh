@@ -53,9 +53,10 @@ def raw_gbs(i):
     return json.load(open(f"{out}/raw{i}.json"))["results"][0]["gbps_median"]
 def load(i, p, r):
     return json.load(open(f"{out}/{i}.{p}.{r}.json"))
-def gb_per_token(x):
-    steps = max(1, len(x["per_token"]) - 1)
-    return sum(v for v in x["bytes_read"].values()) / steps / 1e9
+def steps(x):  # decode steps: every token after the prompt's
+    return max(1, len(x["per_token"]) - 1)
+def gb_per_token(x, kind=""):
+    return sum(v for k, v in x["bytes_read"].items() if k.startswith(kind)) / steps(x) / 1e9
 probe = statistics.median([raw_gbs(1), raw_gbs(2)])
 sustained = max([gb_per_token(x) / x["seconds_per_token"]
                  for i in range(1, settings + 1) for p in ("raw", "codec")
@@ -70,8 +71,7 @@ print("| memory | pack | s/token | x raw | GB/token | trunk GB | experts GB | x 
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for i in range(1, settings + 1):
     memory = open(f"{out}/memory{i}").read().strip()
-    runs = {p: [json.load(open(f"{out}/{i}.{p}.{r}.json")) for r in range(1, repeat + 1)]
-            for p in ("raw", "codec")}
+    runs = {p: [load(i, p, r) for r in range(1, repeat + 1)] for p in ("raw", "codec")}
     # The generated tokens are the same from both packs, round by round.
     for r in range(repeat):
         a = open(f"{out}/{i}.raw.{r + 1}.txt").read()
@@ -81,12 +81,10 @@ for i in range(1, settings + 1):
               for w, c in zip(runs["raw"], runs["codec"])]
     for p in ("raw", "codec"):
         def m(f): return statistics.median(f(x) for x in runs[p])
-        steps = lambda x: max(1, len(x["per_token"]) - 1)
         ahead = lambda d: 100 * d["ahead"] / max(1, d["ahead"] + d["on_use"])
         spt = m(lambda x: x["seconds_per_token"])
-        trunk = m(lambda x: x["bytes_read"]["trunk"] / steps(x) / 1e9)
-        experts = m(lambda x: sum(v for k, v in x["bytes_read"].items()
-                                  if k.startswith("expert")) / steps(x) / 1e9)
+        trunk = m(lambda x: gb_per_token(x, "trunk"))
+        experts = m(lambda x: gb_per_token(x, "expert"))
         gb = trunk + experts
         ratio = "1" if p == "raw" else f"{statistics.median(ratios):.2f} ({', '.join(f'{q:.2f}' for q in ratios)})"
         print(f"| `{memory}` | {p} | {spt:.3f} | {ratio} | {gb:.2f} | {trunk:.2f} | {experts:.2f} | "
