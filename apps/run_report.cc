@@ -118,7 +118,7 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
     std::fprintf(
         stderr,
         "compressed trunk: %llu pieces decoded in %.3f s of thread time, %.0f%% ahead of "
-        "use on idle workers\n",
+        "use, the rest in the products\n",
         static_cast<unsigned long long>(pieces), d.trunk_decode_seconds,
         100.0 * static_cast<double>(d.trunk_pieces_decoded_ahead) / static_cast<double>(pieces));
   }

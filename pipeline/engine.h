@@ -62,8 +62,9 @@ struct StepMetrics {
   double io_wait_seconds = 0;       // compute stopped, waiting for bytes (experts or trunk)
   double trunk_wait_seconds = 0;    // the part of it spent waiting for trunk pieces or rows
   double trunk_decode_seconds = 0;  // decoding compressed trunk pieces (sum over threads)
-  // Where compressed pieces were decoded: ahead of use by an idle worker (hidden behind the
-  // reads), or by the thread that needed the piece (it waited for the decode).
+  // Where compressed pieces were decoded: ahead of use by the streamer's decoder thread (hidden
+  // behind the reads), or on use: by the product, block by block as it multiplies, or by a
+  // row-by-row user (MLA's kv_b), which waits for the decode.
   uint64_t trunk_pieces_decoded_ahead = 0;
   uint64_t trunk_pieces_decoded_on_use = 0;
   double disk_busy_seconds = 0;  // at least one read in flight

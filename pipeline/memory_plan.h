@@ -45,7 +45,7 @@ inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
 inline constexpr int kMaxRingSlots = 64;
 // Decoded pieces held at once: two in use at a time at most (as a ring of two slots shows), and
-// kDecodeAheadBuffers decoded ahead by idle threads while others are multiplied.
+// kDecodeAheadBuffers decoded ahead by the streamer's decoder thread while others are multiplied.
 inline constexpr int kDecodeAheadBuffers = 2;
 inline constexpr int kDecodeBuffers = 2 + kDecodeAheadBuffers;
 // Embedding rows read at once when the embedding is not resident (their buffers are planned).

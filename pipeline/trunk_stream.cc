@@ -1,8 +1,8 @@
 #include "pipeline/trunk_stream.h"
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,15 +13,6 @@
 
 namespace k3 {
 namespace {
-
-// oneTBB orders a task after its spawn, but in code ThreadSanitizer does not see (Debian's
-// build is not instrumented), so a worker's first reads of a decode task's captures and of the
-// streamer look unordered with the writes before the spawn. A release when the task object is
-// written and an acquire before the task reads anything make the order visible. (Not a member:
-// reaching one would read the captured `this` first.)
-std::atomic<uint64_t> decode_tasks_ready{0};
-void TaskReady() { decode_tasks_ready.fetch_add(1, std::memory_order_release); }
-void TaskStarted() { (void)decode_tasks_ready.load(std::memory_order_acquire); }
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -103,6 +94,8 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
                                                               : s->free_ahead_buffers_;
         pool.push_back(s->decode_arena_->Slice(i * s->decoded_bytes_, s->decoded_bytes_));
       }
+      for (int i = 0; i < kDecodeAheadBuffers; ++i) s->slots_.push_back(std::make_unique<Slot>());
+      s->decoder_ = std::thread([p = s.get()] { p->DecoderLoop(); });
     }
   }
   if (!plan.embedding_resident) {
@@ -119,7 +112,12 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
 }
 
 TrunkStreamer::~TrunkStreamer() {
-  decode_tasks_->wait();  // runs the tasks not started yet here (they find nothing left to do)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  decoder_wake_.notify_all();
+  if (decoder_.joinable()) decoder_.join();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return reads_in_flight_ == 0; });
 }
@@ -143,11 +141,12 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
   if (packed != nullptr && packed->compressed()) {
     size_t row = 0;
     for (const auto& [first, last] : BlockPieces(*packed, piece_bytes, whole)) {
-      size_t n = 0;
-      for (size_t b = first; b < last; ++b) n += packed->blocks[b].rows;
+      std::vector<size_t> block_rows;
+      for (size_t b = first; b < last; ++b) block_rows.push_back(packed->blocks[b].rows);
+      const size_t n = std::accumulate(block_rows.begin(), block_rows.end(), size_t{0});
       pieces_.push_back({&t, file, packed->blocks[first].offset,
                          PieceStoredBytes(*packed, {first, last}), row, n, cols, packed, first,
-                         last});
+                         last, std::move(block_rows)});
       row += n;
       ++by_tensor_[&t].second;
     }
@@ -181,7 +180,7 @@ TrunkStreamer::Slot* TrunkStreamer::SlotOf(int64_t piece) {
 
 TrunkStreamer::Slot* TrunkStreamer::FreeSlot() {
   for (auto& s : slots_) {
-    if (s->state == SlotState::kFree) return s.get();
+    if (s->state == SlotState::kFree && !s->memory.empty()) return s.get();
   }
   return nullptr;
 }
@@ -229,6 +228,7 @@ void TrunkStreamer::OnRead(Slot& slot, io::ReadResult result) {
     slot.data = result.data;
     slot.state = SlotState::kReady;
     bytes_read_ += result.data.size();
+    decoder_wake_.notify_one();
   } else {
     slot.status = result.status;
     slot.state = SlotState::kFailed;
@@ -239,7 +239,7 @@ void TrunkStreamer::OnRead(Slot& slot, io::ReadResult result) {
   changed_.notify_all();
 }
 
-absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
+absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm form) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   Slot* slot = nullptr;
@@ -256,7 +256,8 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
     // and go on reading ahead from here.
     Slot* target = FreeSlot();
     for (auto& s : slots_) {
-      if (target == nullptr && (s->state == SlotState::kReady || s->state == SlotState::kFailed)) {
+      if (target == nullptr && !s->memory.empty() &&
+          (s->state == SlotState::kReady || s->state == SlotState::kFailed)) {
         target = s.get();
       }
     }
@@ -275,17 +276,20 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index) {
     FreeSlotLocked(*slot);
     return status;
   }
-  // Decoded ahead, queued for it (this thread does it now), or not started.
+  // Decoded ahead, or not yet (this thread decodes it now).
   slot->state = SlotState::kInUse;
   last_acquired_ = index;
   ScheduleAheadLocked();
-  if (pieces_[index].packed != nullptr && slot->decoded.empty()) {
+  const Piece& p = pieces_[index];
+  if (p.packed != nullptr && !slot->is_decoded && form == PieceForm::kStoredIfCompressed) {
+    return RowPiece{{DType::kBF16, nullptr, p.rows, p.cols}, p.row_begin, p.block_rows};
+  }
+  if (p.packed != nullptr && slot->decoded.empty()) {
     // Never more than two pieces are in use at once, so one of the buffers comes free.
     changed_.wait(lock, [&] { return !free_decode_buffers_.empty(); });
     slot->decoded = free_decode_buffers_.back();
     free_decode_buffers_.pop_back();
   }
-  DecodeAheadLocked();
   lock.unlock();
   auto view = View(*slot);
   if (!view.ok()) {
@@ -303,7 +307,7 @@ void TrunkStreamer::FreeSlotLocked(Slot& slot) {
   slot.data = {};
   DropDecodedLocked(slot);
   ScheduleAheadLocked();
-  DecodeAheadLocked();
+  decoder_wake_.notify_one();  // a decode-ahead buffer may have come free
   changed_.notify_all();
 }
 
@@ -314,56 +318,75 @@ void TrunkStreamer::DropDecodedLocked(Slot& slot) {
   slot.ahead_buffer = slot.is_decoded = false;
 }
 
-// Queues the decode of the compressed pieces read and waiting, nearest in the order of use first,
-// while the decode-ahead buffers last. Idle workers run the tasks; at the streaming budget that
-// is while the products wait for the disk, so the decode costs the token nothing.
-void TrunkStreamer::DecodeAheadLocked() {
+// The compressed piece read and not decoded nearest in the order of use, or null.
+TrunkStreamer::Slot* TrunkStreamer::NextToDecodeLocked() {
   const int64_t n = static_cast<int64_t>(pieces_.size());
-  while (!free_ahead_buffers_.empty()) {
-    Slot* next = nullptr;
-    int64_t best = n;
-    for (auto& s : slots_) {
-      if (s->state != SlotState::kReady || !s->decoded.empty() ||
-          pieces_[s->piece].packed == nullptr) {
-        continue;
-      }
-      const int64_t distance = ((s->piece - last_acquired_) % n + n) % n;
-      if (distance < best) best = distance, next = s.get();
+  Slot* next = nullptr;
+  int64_t best = n;
+  for (auto& s : slots_) {
+    if (s->state != SlotState::kReady || !s->decoded.empty() ||
+        pieces_[s->piece].packed == nullptr) {
+      continue;
     }
-    if (next == nullptr) return;
-    next->decoded = free_ahead_buffers_.back();
-    free_ahead_buffers_.pop_back();
-    next->ahead_buffer = true;
-    next->state = SlotState::kQueued;
-    tbb::task_handle task = decode_tasks_->defer([this, next] {
-      TaskStarted();  // before the captures are read
-      RunDecodeAhead(*next);
-    });
-    TaskReady();  // after the task object is written
-    decode_tasks_->run(std::move(task));
+    const int64_t distance = ((s->piece - last_acquired_) % n + n) % n;
+    if (distance < best) best = distance, next = s.get();
   }
+  return next;
 }
 
-void TrunkStreamer::RunDecodeAhead(Slot& slot) {
+// Decodes the pieces read and waiting, nearest in the order of use first, while the
+// decode-ahead buffers last. At the streaming budget the cores spend most of the token waiting
+// for the disk, so the decode costs the token nothing.
+void TrunkStreamer::DecoderLoop() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (slot.state != SlotState::kQueued) return;  // acquired first: decoded by its acquirer
-  slot.state = SlotState::kDecoding;
-  const Piece& p = pieces_[slot.piece];
-  lock.unlock();
-  absl::Status s = Decode(p, slot.data, slot.decoded.first(p.rows * p.cols * 2), true);
-  lock.lock();
-  if (s.ok()) {
-    slot.is_decoded = true;
-    slot.state = SlotState::kReady;
-  } else {
-    slot.status = std::move(s);
-    slot.state = SlotState::kFailed;
+  while (true) {
+    Slot* slot = nullptr;
+    decoder_wake_.wait(lock, [&] {
+      if (stopping_) return true;
+      slot = free_ahead_buffers_.empty() ? nullptr : NextToDecodeLocked();
+      return slot != nullptr;
+    });
+    if (stopping_) return;
+    slot->decoded = free_ahead_buffers_.back();
+    free_ahead_buffers_.pop_back();
+    slot->ahead_buffer = true;
+    slot->state = SlotState::kDecoding;
+    const Piece& p = pieces_[slot->piece];
+    lock.unlock();
+    absl::Status s = Decode(p, slot->data, slot->decoded.first(p.rows * p.cols * 2), true);
+    lock.lock();
+    if (s.ok()) {
+      slot->is_decoded = true;
+      slot->state = SlotState::kReady;
+      MoveDecodedOutOfRingLocked(*slot);
+    } else {
+      slot->status = std::move(s);
+      slot->state = SlotState::kFailed;
+    }
+    changed_.notify_all();
   }
-  changed_.notify_all();
 }
 
-// The piece's blocks, each checked and decoded on its own, in parallel: the acquiring thread and
-// any worker that is idle (at the streaming budget the cores are waiting for the disk).
+// Hands a piece decoded ahead to a slot without memory and reads the next piece into its ring
+// slot. (Each decode-ahead buffer is in one slot at a time, so while this one is in the ring at
+// least one slot without memory is free.)
+void TrunkStreamer::MoveDecodedOutOfRingLocked(Slot& slot) {
+  for (auto& held : slots_) {
+    if (!held->memory.empty() || held->state != SlotState::kFree) continue;
+    held->piece = std::exchange(slot.piece, -1);
+    held->decoded = std::exchange(slot.decoded, {});
+    held->ahead_buffer = held->is_decoded = true;
+    held->state = SlotState::kReady;
+    slot.ahead_buffer = slot.is_decoded = false;
+    slot.data = {};
+    slot.state = SlotState::kFree;
+    ScheduleAheadLocked();
+    return;
+  }
+}
+
+// The piece's blocks, each checked and decoded on its own: on use, in parallel by the acquiring
+// thread and any idle worker; ahead, one after another on the decoder thread.
 absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stored,
                                    std::span<uint8_t> out, bool ahead) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -373,11 +396,17 @@ absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stor
     first_row[b - p.block_begin + 1] = first_row[b - p.block_begin] + p.packed->blocks[b].rows;
   }
   std::vector<absl::Status> status(p.block_end - p.block_begin);
-  tbb::parallel_for(size_t{0}, status.size(), [&](size_t i) {
+  auto decode = [&](size_t i) {
     const PackedBlock& b = p.packed->blocks[p.block_begin + i];
-    status[i] = DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
-                            out.subspan(first_row[i] * row_bytes, b.rows * row_bytes), pack_path_);
-  });
+    status[i] =
+        k3::DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
+                        out.subspan(first_row[i] * row_bytes, b.rows * row_bytes), pack_path_);
+  };
+  if (ahead) {
+    for (size_t i = 0; i < status.size(); ++i) decode(i);
+  } else {
+    tbb::parallel_for(size_t{0}, status.size(), decode);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     decode_seconds_ += Since(t0);
@@ -411,6 +440,31 @@ absl::StatusOr<RowPiece> TrunkStreamer::View(Slot& slot) {
     m = {DType::kF32, slot.widened.data(), p.rows, p.cols};
   }
   return RowPiece{m, p.row_begin};
+}
+
+absl::Status TrunkStreamer::DecodeBlock(int64_t index, size_t block, std::span<uint8_t> out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool known = index >= 0 && index < static_cast<int64_t>(pieces_.size());
+  const Slot* slot = known ? SlotOf(index) : nullptr;
+  if (slot == nullptr || slot->state != SlotState::kInUse || pieces_[index].packed == nullptr ||
+      block >= pieces_[index].block_rows.size()) {
+    const absl::Status s = absl::InternalError(absl::StrCat(
+        "trunk streamer: block ", block, " of piece ", index, ", not a compressed piece in use"));
+    if (error_.ok()) error_ = s;  // the product skips the rows; the layer must fail
+    return s;
+  }
+  const Piece& p = pieces_[index];
+  const std::span<const uint8_t> stored = slot->data;  // stays while the piece is in use
+  lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  const PackedBlock& b = p.packed->blocks[p.block_begin + block];
+  absl::Status s = k3::DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
+                                   out.first(b.rows * p.cols * 2), pack_path_);
+  lock.lock();
+  decode_seconds_ += Since(t0);
+  if (block == 0) ++decoded_on_use_;
+  if (!s.ok() && error_.ok()) error_ = s;
+  return s;
 }
 
 void TrunkStreamer::ReleasePiece(int64_t index) {

@@ -5,8 +5,11 @@
 // one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
 // piece, the next ones load into the other slots; releasing a piece frees its slot for the next
 // one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
-// of a compressed pack is whole blocks, checked and decoded ahead of use by an idle worker, or
-// by the thread that acquires it if no worker got to it first. When the embedding is not
+// of a compressed pack is whole blocks, checked and decoded ahead of use by the streamer's
+// decoder thread, or by the thread that acquires it if the decoder has not got to it. A piece
+// decoded ahead moves out
+// of the ring into its decode buffer, so that its ring slot reads the next piece at once: the
+// decode-ahead buffers deepen the ring rather than hold its slots. When the embedding is not
 // resident, the rows a token needs are read on demand.
 #pragma once
 
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,7 +27,6 @@
 #include "core/trunk_pack.h"
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
-#include "oneapi/tbb/task_group.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan.h"
@@ -37,7 +40,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   static absl::StatusOr<std::unique_ptr<TrunkStreamer>> Create(
       const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
       std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk);
-  // Waits for reads still landing in the ring.
+  // Stops the decoder and waits for reads still landing in the ring.
   ~TrunkStreamer() override;
 
   // The handle of a streamed matrix (TrunkResidency::stream).
@@ -49,7 +52,8 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   void ReleaseLayer(int64_t) override {}
   absl::Status Embed(std::span<const int32_t> ids, std::span<float> out) override;
 
-  absl::StatusOr<RowPiece> AcquirePiece(int64_t index) override;
+  absl::StatusOr<RowPiece> AcquirePiece(int64_t index, PieceForm form) override;
+  absl::Status DecodeBlock(int64_t index, size_t block, std::span<uint8_t> out) override;
   void ReleasePiece(int64_t index) override;
   absl::Status TakeError() override;
 
@@ -70,15 +74,17 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     // A compressed piece: blocks [block_begin, block_end) of `packed`, decoded on acquisition.
     const PackedTensor* packed = nullptr;
     size_t block_begin = 0, block_end = 0;
+    std::vector<size_t> block_rows = {};  // of each block
   };
-  // kQueued and kDecoding: a compressed piece read and being decoded ahead of its use (kQueued
-  // until a thread starts on it: the task, or the thread that acquires the piece first).
-  enum class SlotState { kFree, kLoading, kReady, kQueued, kDecoding, kInUse, kFailed };
+  // kDecoding: a compressed piece read and being decoded ahead of its use by the decoder.
+  enum class SlotState { kFree, kLoading, kReady, kDecoding, kInUse, kFailed };
+  // A ring slot reads into `memory`. The kDecodeAheadBuffers slots without memory hold pieces
+  // decoded ahead (kReady, then kInUse), moved there from the ring slots they were read into.
   struct Slot {
     int64_t piece = -1;
     SlotState state = SlotState::kFree;
     absl::Status status;
-    std::span<uint8_t> memory;
+    std::span<uint8_t> memory;      // empty: a slot for a piece decoded ahead
     std::span<const uint8_t> data;  // the piece's bytes, once loaded
     std::vector<float> widened;     // F16 pieces, widened to fp32
     std::span<uint8_t> decoded;     // compressed pieces: a decode buffer, while in use
@@ -93,16 +99,18 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   void AddPieces(const TensorInfo& t, bool whole, uint64_t piece_bytes, const TrunkPack* pack,
                  io::FileId pack_file);
   Slot* SlotOf(int64_t piece);
-  Slot* FreeSlot();
+  Slot* FreeSlot();  // a free ring slot
+  void MoveDecodedOutOfRingLocked(Slot& slot);
   void FreeSlotLocked(Slot& slot);
   void DropDecodedLocked(Slot& slot);
-  void DecodeAheadLocked();
-  void RunDecodeAhead(Slot& slot);
+  Slot* NextToDecodeLocked();
+  void DecoderLoop();
   void StartRead(Slot& slot, int64_t piece);
   void ScheduleAheadLocked();
   void OnRead(Slot& slot, io::ReadResult result);
   absl::StatusOr<RowPiece> View(Slot& slot);
-  // Checks and decodes the piece's blocks into `out`; `ahead`: on a worker, before its use.
+  // Checks and decodes the piece's blocks into `out`; `ahead`: on the decoder thread, before its
+  // use, one block after another (on use, the blocks are decoded in parallel).
   absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out,
                       bool ahead);
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
@@ -125,12 +133,17 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   std::condition_variable changed_;
   std::vector<std::unique_ptr<Slot>> slots_;
   // Decode buffers: those for a piece decoded when it is acquired (never more than two pieces
-  // are in use at once) and those for pieces decoded ahead by idle threads.
+  // are in use at once) and those for pieces decoded ahead by the decoder.
   std::vector<std::span<uint8_t>> free_decode_buffers_, free_ahead_buffers_;
   int64_t last_acquired_ = -1;
-  // Behind a pointer: task_group may throw from its destructor; ours must not.
-  std::unique_ptr<tbb::task_group> decode_tasks_ = std::make_unique<tbb::task_group>();
-  int64_t next_ = 0;  // the next piece to read ahead
+  // The decoder: a thread of its own, not a task, so that a piece is decoded as soon as it lands.
+  // Both ways were measured: a task waited behind the products and the experts' matmuls (the
+  // acquiring thread blocks outside the task scheduler while it waits for the disk), and the
+  // disk went idle with the ring full of pieces read but not decoded.
+  std::condition_variable decoder_wake_;
+  bool stopping_ = false;
+  std::thread decoder_;  // with compressed pieces only
+  int64_t next_ = 0;     // the next piece to read ahead
   int reads_in_flight_ = 0;
   absl::Status error_;
   int64_t out_of_order_ = 0;

@@ -8,6 +8,10 @@
 //   Large: one call of 2^24 values (32 MiB out, ~22 MiB in): neither fits in cache.
 //   Cold:  rotates through 512 MiB of copies of the compressed group, so the input comes from
 //          DRAM as after a disk read, into one reused (cache-resident) output group.
+//   Piece: a trunk ring piece (2048 x 7168, 28 MiB decoded) in 8 blocks of 256 rows, decoded and
+//          multiplied by a vector: all 8 blocks into one buffer, then the product (DecodeThen), or
+//          each block into a reused scratch and multiplied at once (Fused, what a product does
+//          with a piece not decoded ahead). Rates are of compressed input.
 //
 // Run: k3_bench_kernels --benchmark_filter=Bf16Codec
 #include <benchmark/benchmark.h>
@@ -22,6 +26,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/bf16_codec.h"
 
 namespace k3::bench {
@@ -159,6 +164,66 @@ void BM_Bf16CodecEncode(benchmark::State& state) {
   SetRates(state, bytes, e.values.size());
 }
 BENCHMARK(BM_Bf16CodecEncode)->Unit(benchmark::kMicrosecond);
+
+constexpr size_t kPieceRows = 2048, kPieceCols = 7168, kPieceBlocks = 8;
+constexpr size_t kBlockValues = kPieceRows / kPieceBlocks * kPieceCols;
+
+struct EncodedPiece {
+  EncodedPiece() {
+    const std::vector<uint16_t> v = GaussianBf16(kPieceRows * kPieceCols);
+    for (size_t b = 0; b < kPieceBlocks; ++b) {
+      blocks.emplace_back(
+          std::vector<uint16_t>(v.begin() + b * kBlockValues, v.begin() + (b + 1) * kBlockValues));
+    }
+  }
+  struct Block {
+    explicit Block(std::vector<uint16_t> v)
+        : values(std::move(v)), bytes(kernels::Bf16EncodedBound(values.size())) {
+      bytes.size = kernels::Bf16Encode(values, bytes.span());
+    }
+    std::vector<uint16_t> values;
+    PageArray<uint8_t> bytes;
+  };
+  std::vector<Block> blocks;
+  size_t in_bytes() const {
+    size_t n = 0;
+    for (const Block& b : blocks) n += b.bytes.size;
+    return n;
+  }
+};
+
+const EncodedPiece& Piece() {
+  static const EncodedPiece* p = new EncodedPiece();
+  return *p;
+}
+
+void PieceMatVecBench(benchmark::State& state, bool fused) {
+  const EncodedPiece& piece = Piece();
+  const size_t block_rows = kPieceRows / kPieceBlocks;
+  PageArray<uint16_t> decoded(fused ? kBlockValues : kPieceRows * kPieceCols);
+  std::vector<float> x(kPieceCols, 0.5f), y(kPieceRows);
+  for (auto _ : state) {
+    for (size_t b = 0; b < kPieceBlocks; ++b) {
+      const std::span<uint16_t> out =
+          decoded.span().subspan(fused ? 0 : b * kBlockValues, kBlockValues);
+      if (!kernels::Bf16Decode(piece.blocks[b].bytes.span(), out)) {
+        throw std::runtime_error("decode failed");
+      }
+      if (fused) {
+        kernels::Bf16MatVec({out, block_rows, kPieceCols}, x,
+                            std::span(y).subspan(b * block_rows, block_rows), 0, block_rows);
+      }
+    }
+    if (!fused) kernels::Bf16MatVec({decoded.span(), kPieceRows, kPieceCols}, x, y, 0, kPieceRows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, piece.in_bytes(), kPieceRows * kPieceCols);
+}
+void BM_Bf16CodecPieceDecodeThenMatVec(benchmark::State& s) { PieceMatVecBench(s, false); }
+void BM_Bf16CodecPieceFusedMatVec(benchmark::State& s) { PieceMatVecBench(s, true); }
+BENCHMARK(BM_Bf16CodecPieceDecodeThenMatVec)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16CodecPieceFusedMatVec)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace k3::bench

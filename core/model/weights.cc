@@ -45,25 +45,59 @@ void ResidentMatMul(const Matrix& w, std::span<const float> x, size_t tokens, st
       tbb::simple_partitioner());
 }
 
+// Y's columns [first, first + rows) for the product of those rows, `part` [tokens, rows].
+void CopyColumns(std::span<const float> part, size_t tokens, size_t rows, size_t first,
+                 size_t y_rows, std::span<float> y) {
+  for (size_t t = 0; t < tokens; ++t) {
+    std::copy_n(part.data() + t * rows, rows, y.data() + t * y_rows + first);
+  }
+}
+
+// A piece still compressed: each block is decoded into this thread's scratch and multiplied at
+// once, while its rows are in the cache, so the decoded piece never goes to memory and back.
+void CompressedPieceMatMul(const Matrix& w, int64_t index, const RowPiece& piece,
+                           std::span<const float> x, size_t tokens, std::span<float> y) {
+  std::vector<size_t> first(piece.block_rows.size() + 1, piece.row_begin);
+  for (size_t b = 0; b < piece.block_rows.size(); ++b)
+    first[b + 1] = first[b] + piece.block_rows[b];
+  tbb::parallel_for(size_t{0}, piece.block_rows.size(), [&](size_t b) {
+    thread_local std::vector<uint16_t> rows;
+    thread_local std::vector<float> part;
+    const size_t n = piece.block_rows[b];
+    rows.resize(n * w.cols);
+    const std::span<uint8_t> bytes(reinterpret_cast<uint8_t*>(rows.data()), rows.size() * 2);
+    if (!w.source->DecodeBlock(index, b, bytes).ok()) return;  // the source keeps the error
+    const Matrix m{DType::kBF16, rows.data(), n, w.cols};
+    if (tokens == 1) {
+      MatMulRows(m, x, 1, y.subspan(first[b], n), 0, n);
+      return;
+    }
+    part.resize(tokens * n);
+    MatMulRows(m, x, tokens, part, 0, n);
+    CopyColumns(part, tokens, n, first[b], w.rows, y);
+  });
+}
+
 // Piece by piece, each as soon as it is in. A piece's rows are a matrix of their own, so its
 // products land in a scratch [tokens, piece rows] and are copied to their columns of y (for one
 // token the columns are contiguous and the product goes straight there).
 void StreamedMatMul(const Matrix& w, std::span<const float> x, size_t tokens, std::span<float> y) {
   std::vector<float> part;
   for (int64_t i = 0; i < w.pieces; ++i) {
-    auto piece = w.source->AcquirePiece(w.first_piece + i);
+    const int64_t index = w.first_piece + i;
+    auto piece = w.source->AcquirePiece(index, PieceForm::kStoredIfCompressed);
     if (!piece.ok()) continue;  // the source keeps the error; the layer fails
     const Matrix& m = piece->rows;
-    if (tokens == 1) {
+    if (piece->compressed()) {
+      CompressedPieceMatMul(w, index, *piece, x, tokens, y);
+    } else if (tokens == 1) {
       ResidentMatMul(m, x, 1, y.subspan(piece->row_begin, m.rows));
     } else {
       part.resize(tokens * m.rows);
       ResidentMatMul(m, x, tokens, part);
-      for (size_t t = 0; t < tokens; ++t) {
-        std::copy_n(part.data() + t * m.rows, m.rows, y.data() + t * w.rows + piece->row_begin);
-      }
+      CopyColumns(part, tokens, m.rows, piece->row_begin, w.rows, y);
     }
-    w.source->ReleasePiece(w.first_piece + i);
+    w.source->ReleasePiece(index);
   }
 }
 
@@ -82,7 +116,7 @@ WholeMatrix::WholeMatrix(const Matrix& w) : w_(w) {
     view_ = w;
     return;
   }
-  auto piece = w.pieces == 1 ? w.source->AcquirePiece(w.first_piece)
+  auto piece = w.pieces == 1 ? w.source->AcquirePiece(w.first_piece, PieceForm::kDecoded)
                              : absl::InternalError("a row-by-row matrix must be one piece");
   if (piece.ok()) view_ = piece->rows;
 }

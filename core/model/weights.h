@@ -39,10 +39,20 @@ struct Matrix {
   bool streamed() const { return source != nullptr; }
 };
 
-// Consecutive rows of a streamed matrix, resident while held.
+// Consecutive rows of a streamed matrix, resident while held: decoded, or still in the blocks
+// of a compressed pack when the product asked for that (PieceForm::kStoredIfCompressed), in
+// which case `rows.data` is null and the product decodes block by block
+// (PieceSource::DecodeBlock), each multiplied while it is in the cache.
 struct RowPiece {
   Matrix rows;  // resident: rows [row_begin, row_begin + rows.rows) of the whole matrix
   size_t row_begin = 0;
+  std::span<const size_t> block_rows = {};  // a compressed piece: the rows of each block, in order
+  bool compressed() const { return rows.data == nullptr; }
+};
+
+enum class PieceForm {
+  kDecoded,             // rows in memory (a row-by-row user, WholeMatrix)
+  kStoredIfCompressed,  // a compressed piece not decoded yet comes as its blocks (a product)
 };
 
 class PieceSource {
@@ -51,7 +61,10 @@ class PieceSource {
   // Blocks until piece `index` is in memory; valid until ReleasePiece(index). Any thread. A
   // failure is also kept for TakeError, so that code without a status to return (a product in
   // the middle of a layer) may skip the rows and let the layer fail as a whole.
-  virtual absl::StatusOr<RowPiece> AcquirePiece(int64_t index) = 0;
+  virtual absl::StatusOr<RowPiece> AcquirePiece(int64_t index, PieceForm form) = 0;
+  // Of a compressed piece held: checks block `block` and decodes its rows into `out` (BF16).
+  // Any thread, several blocks at once; a failure is kept for TakeError too.
+  virtual absl::Status DecodeBlock(int64_t index, size_t block, std::span<uint8_t> out) = 0;
   virtual void ReleasePiece(int64_t index) = 0;
   // The first error since the last call (OK if none).
   virtual absl::Status TakeError() = 0;
