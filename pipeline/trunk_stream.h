@@ -5,12 +5,12 @@
 // one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
 // piece, the next ones load into the other slots; releasing a piece frees its slot for the next
 // one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
-// of a compressed pack is whole blocks, checked and decoded ahead of use by the streamer's
-// decoder thread, or by the thread that acquires it if the decoder has not got to it. A piece
-// decoded ahead moves out
-// of the ring into its decode buffer, so that its ring slot reads the next piece at once: the
-// decode-ahead buffers deepen the ring rather than hold its slots. When the embedding is not
-// resident, the rows a token needs are read on demand.
+// of a compressed pack is whole blocks, each checked and decoded: ahead of use by the streamer's
+// decoder thread, after which the piece moves out of the ring into its decode buffer so that its
+// slot reads the next piece at once (the decode-ahead buffers deepen the ring); or, if the
+// decoder has not got to it, by its user: a product takes the blocks and decodes each as it
+// multiplies it (DecodeBlock), a row-by-row user has the piece decoded whole. When the embedding
+// is not resident, the rows a token needs are read on demand.
 #pragma once
 
 #include <condition_variable>
@@ -71,7 +71,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     io::FileId file = -1;
     uint64_t offset = 0, length = 0;  // in the file
     size_t row_begin = 0, rows = 0, cols = 0;
-    // A compressed piece: blocks [block_begin, block_end) of `packed`, decoded on acquisition.
+    // A compressed piece: blocks [block_begin, block_end) of `packed`.
     const PackedTensor* packed = nullptr;
     size_t block_begin = 0, block_end = 0;
     std::vector<size_t> block_rows = {};  // of each block
