@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -141,12 +140,14 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
   if (packed != nullptr && packed->compressed()) {
     size_t row = 0;
     for (const auto& [first, last] : BlockPieces(*packed, piece_bytes, whole)) {
-      std::vector<size_t> block_rows;
-      for (size_t b = first; b < last; ++b) block_rows.push_back(packed->blocks[b].rows);
-      const size_t n = std::accumulate(block_rows.begin(), block_rows.end(), size_t{0});
+      std::vector<size_t> block_row_begin = {0};
+      for (size_t b = first; b < last; ++b) {
+        block_row_begin.push_back(block_row_begin.back() + packed->blocks[b].rows);
+      }
+      const size_t n = block_row_begin.back();
       pieces_.push_back({&t, file, packed->blocks[first].offset,
                          PieceStoredBytes(*packed, {first, last}), row, n, cols, packed, first,
-                         last, std::move(block_rows)});
+                         last, std::move(block_row_begin)});
       row += n;
       ++by_tensor_[&t].second;
     }
@@ -282,7 +283,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
   ScheduleAheadLocked();
   const Piece& p = pieces_[index];
   if (p.packed != nullptr && !slot->is_decoded && form == PieceForm::kStoredIfCompressed) {
-    return RowPiece{{DType::kBF16, nullptr, p.rows, p.cols}, p.row_begin, p.block_rows};
+    return RowPiece{{DType::kBF16, nullptr, p.rows, p.cols}, p.row_begin, p.block_row_begin};
   }
   if (p.packed != nullptr && slot->decoded.empty()) {
     // Never more than two pieces are in use at once, so one of the buffers comes free.
@@ -391,16 +392,9 @@ absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stor
                                    std::span<uint8_t> out, bool ahead) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t row_bytes = p.cols * 2;
-  std::vector<uint64_t> first_row(p.block_end - p.block_begin + 1, 0);
-  for (size_t b = p.block_begin; b < p.block_end; ++b) {
-    first_row[b - p.block_begin + 1] = first_row[b - p.block_begin] + p.packed->blocks[b].rows;
-  }
   std::vector<absl::Status> status(p.block_end - p.block_begin);
   auto decode = [&](size_t i) {
-    const PackedBlock& b = p.packed->blocks[p.block_begin + i];
-    status[i] =
-        k3::DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
-                        out.subspan(first_row[i] * row_bytes, b.rows * row_bytes), pack_path_);
+    status[i] = DecodeOneBlock(p, i, stored, out.subspan(p.block_row_begin[i] * row_bytes));
   };
   if (ahead) {
     for (size_t i = 0; i < status.size(); ++i) decode(i);
@@ -442,12 +436,20 @@ absl::StatusOr<RowPiece> TrunkStreamer::View(Slot& slot) {
   return RowPiece{m, p.row_begin};
 }
 
+absl::Status TrunkStreamer::DecodeOneBlock(const Piece& p, size_t block,
+                                           std::span<const uint8_t> stored,
+                                           std::span<uint8_t> out) const {
+  const PackedBlock& b = p.packed->blocks[p.block_begin + block];
+  return k3::DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
+                         out.first(b.rows * p.cols * 2), pack_path_);
+}
+
 absl::Status TrunkStreamer::DecodeBlock(int64_t index, size_t block, std::span<uint8_t> out) {
   std::unique_lock<std::mutex> lock(mu_);
   const bool known = index >= 0 && index < static_cast<int64_t>(pieces_.size());
   const Slot* slot = known ? SlotOf(index) : nullptr;
   if (slot == nullptr || slot->state != SlotState::kInUse || pieces_[index].packed == nullptr ||
-      block >= pieces_[index].block_rows.size()) {
+      block + 1 >= pieces_[index].block_row_begin.size()) {
     const absl::Status s = absl::InternalError(absl::StrCat(
         "trunk streamer: block ", block, " of piece ", index, ", not a compressed piece in use"));
     if (error_.ok()) error_ = s;  // the product skips the rows; the layer must fail
@@ -457,9 +459,7 @@ absl::Status TrunkStreamer::DecodeBlock(int64_t index, size_t block, std::span<u
   const std::span<const uint8_t> stored = slot->data;  // stays while the piece is in use
   lock.unlock();
   const auto t0 = std::chrono::steady_clock::now();
-  const PackedBlock& b = p.packed->blocks[p.block_begin + block];
-  absl::Status s = k3::DecodeBlock(*p.packed, b, stored.subspan(b.offset - p.offset, b.length),
-                                   out.first(b.rows * p.cols * 2), pack_path_);
+  absl::Status s = DecodeOneBlock(p, block, stored, out);
   lock.lock();
   decode_seconds_ += Since(t0);
   if (block == 0) ++decoded_on_use_;

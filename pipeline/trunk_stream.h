@@ -74,7 +74,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     // A compressed piece: blocks [block_begin, block_end) of `packed`.
     const PackedTensor* packed = nullptr;
     size_t block_begin = 0, block_end = 0;
-    std::vector<size_t> block_rows = {};  // of each block
+    std::vector<size_t> block_row_begin = {};  // RowPiece::block_row_begin
   };
   // kDecoding: a compressed piece read and being decoded ahead of its use by the decoder.
   enum class SlotState { kFree, kLoading, kReady, kDecoding, kInUse, kFailed };
@@ -109,6 +109,9 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   void ScheduleAheadLocked();
   void OnRead(Slot& slot, io::ReadResult result);
   absl::StatusOr<RowPiece> View(Slot& slot);
+  // Checks block `block` of the piece and decodes it into `out` (its rows).
+  absl::Status DecodeOneBlock(const Piece& p, size_t block, std::span<const uint8_t> stored,
+                              std::span<uint8_t> out) const;
   // Checks and decodes the piece's blocks into `out`; `ahead`: on the decoder thread, before its
   // use, one block after another (on use, the blocks are decoded in parallel).
   absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out,

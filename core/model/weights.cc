@@ -57,24 +57,22 @@ void CopyColumns(std::span<const float> part, size_t tokens, size_t rows, size_t
 // once, while its rows are in the cache, so the decoded piece never goes to memory and back.
 void CompressedPieceMatMul(const Matrix& w, int64_t index, const RowPiece& piece,
                            std::span<const float> x, size_t tokens, std::span<float> y) {
-  std::vector<size_t> first(piece.block_rows.size() + 1, piece.row_begin);
-  for (size_t b = 0; b < piece.block_rows.size(); ++b)
-    first[b + 1] = first[b] + piece.block_rows[b];
-  tbb::parallel_for(size_t{0}, piece.block_rows.size(), [&](size_t b) {
+  tbb::parallel_for(size_t{0}, piece.blocks(), [&](size_t b) {
     thread_local std::vector<uint16_t> rows;
     thread_local std::vector<float> part;
-    const size_t n = piece.block_rows[b];
+    const size_t first = piece.row_begin + piece.block_row_begin[b];
+    const size_t n = piece.block_row_begin[b + 1] - piece.block_row_begin[b];
     rows.resize(n * w.cols);
     const std::span<uint8_t> bytes(reinterpret_cast<uint8_t*>(rows.data()), rows.size() * 2);
     if (!w.source->DecodeBlock(index, b, bytes).ok()) return;  // the source keeps the error
     const Matrix m{DType::kBF16, rows.data(), n, w.cols};
     if (tokens == 1) {
-      MatMulRows(m, x, 1, y.subspan(first[b], n), 0, n);
+      MatMulRows(m, x, 1, y.subspan(first, n), 0, n);
       return;
     }
     part.resize(tokens * n);
     MatMulRows(m, x, tokens, part, 0, n);
-    CopyColumns(part, tokens, n, first[b], w.rows, y);
+    CopyColumns(part, tokens, n, first, w.rows, y);
   });
 }
 

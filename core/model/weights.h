@@ -46,8 +46,10 @@ struct Matrix {
 struct RowPiece {
   Matrix rows;  // resident: rows [row_begin, row_begin + rows.rows) of the whole matrix
   size_t row_begin = 0;
-  std::span<const size_t> block_rows = {};  // a compressed piece: the rows of each block, in order
+  // A compressed piece: block b holds its rows [block_row_begin[b], block_row_begin[b + 1]).
+  std::span<const size_t> block_row_begin = {};
   bool compressed() const { return rows.data == nullptr; }
+  size_t blocks() const { return block_row_begin.empty() ? 0 : block_row_begin.size() - 1; }
 };
 
 enum class PieceForm {

@@ -66,8 +66,8 @@ class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
     std::vector<uint8_t> rows(piece.rows.rows * row_bytes);
     if (piece.compressed()) {
       size_t at = 0;
-      for (size_t b = 0; b < piece.block_rows.size(); ++b) {
-        const size_t bytes = piece.block_rows[b] * row_bytes;
+      for (size_t b = 0; b < piece.blocks(); ++b) {
+        const size_t bytes = (piece.block_row_begin[b + 1] - piece.block_row_begin[b]) * row_bytes;
         ASSERT_TRUE(streamer_->DecodeBlock(index, b, {rows.data() + at, bytes}).ok());
         at += bytes;
       }
