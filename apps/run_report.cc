@@ -114,13 +114,13 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                Gb(d.trunk_bytes), d.io_wait_seconds, d.trunk_wait_seconds, d.seconds,
                d.seconds > 0 ? 100 * d.disk_busy_seconds / d.seconds : 0.0, 100 * d.hit_rate(),
                d.prefetch_precision(), d.prefetch_recall());
-  if (const uint64_t pieces = d.trunk_pieces_decoded_ahead + d.trunk_pieces_decoded_on_use) {
+  if (const uint64_t pieces = d.trunk_pieces_decoded_fused + d.trunk_pieces_decoded_whole) {
     std::fprintf(
         stderr,
-        "compressed trunk: %llu pieces decoded in %.3f s of thread time, %.0f%% ahead of "
-        "use, the rest in the products\n",
+        "compressed trunk: %llu pieces decoded in %.3f s of thread time, %.0f%% in the "
+        "products as they multiply, the rest whole\n",
         static_cast<unsigned long long>(pieces), d.trunk_decode_seconds,
-        100.0 * static_cast<double>(d.trunk_pieces_decoded_ahead) / static_cast<double>(pieces));
+        100.0 * static_cast<double>(d.trunk_pieces_decoded_fused) / static_cast<double>(pieces));
   }
   for (const PrefetchAccuracy& a : engine.prefetch_accuracy()) {
     std::fprintf(stderr, "lookahead distance %d: precision %.2f, recall %.2f (%llu predicted)\n",

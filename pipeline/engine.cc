@@ -18,8 +18,8 @@ void StepMetrics::Add(const StepMetrics& o) {
   io_wait_seconds += o.io_wait_seconds;
   trunk_wait_seconds += o.trunk_wait_seconds;
   trunk_decode_seconds += o.trunk_decode_seconds;
-  trunk_pieces_decoded_ahead += o.trunk_pieces_decoded_ahead;
-  trunk_pieces_decoded_on_use += o.trunk_pieces_decoded_on_use;
+  trunk_pieces_decoded_fused += o.trunk_pieces_decoded_fused;
+  trunk_pieces_decoded_whole += o.trunk_pieces_decoded_whole;
   disk_busy_seconds += o.disk_busy_seconds;
   expert_demand_bytes += o.expert_demand_bytes;
   expert_prefetch_used_bytes += o.expert_prefetch_used_bytes;
@@ -54,7 +54,7 @@ nlohmann::json StepMetrics::ToJson() const {
           {"trunk_wait_seconds", trunk_wait_seconds},
           {"trunk_decode_seconds", trunk_decode_seconds},
           {"trunk_pieces_decoded",
-           {{"ahead", trunk_pieces_decoded_ahead}, {"on_use", trunk_pieces_decoded_on_use}}},
+           {{"fused", trunk_pieces_decoded_fused}, {"whole", trunk_pieces_decoded_whole}}},
           {"disk_busy_fraction", seconds > 0 ? disk_busy_seconds / seconds : 0},
           {"bytes_read",
            {{"expert_demand", expert_demand_bytes},

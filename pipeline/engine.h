@@ -62,11 +62,10 @@ struct StepMetrics {
   double io_wait_seconds = 0;       // compute stopped, waiting for bytes (experts or trunk)
   double trunk_wait_seconds = 0;    // the part of it spent waiting for trunk pieces or rows
   double trunk_decode_seconds = 0;  // decoding compressed trunk pieces (sum over threads)
-  // Where compressed pieces were decoded: ahead of use by the streamer's decoder thread (hidden
-  // behind the reads), or on use: by the product, block by block as it multiplies, or by a
-  // row-by-row user (MLA's kv_b), which waits for the decode.
-  uint64_t trunk_pieces_decoded_ahead = 0;
-  uint64_t trunk_pieces_decoded_on_use = 0;
+  // Where compressed pieces were decoded: in the product, block by block as it multiplies
+  // (fused), or whole, for a row-by-row user (MLA's kv_b).
+  uint64_t trunk_pieces_decoded_fused = 0;
+  uint64_t trunk_pieces_decoded_whole = 0;
   double disk_busy_seconds = 0;  // at least one read in flight
   uint64_t expert_demand_bytes = 0;
   uint64_t expert_prefetch_used_bytes = 0;    // prefetched, then demanded

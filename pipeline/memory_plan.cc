@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,11 @@ uint64_t ResidentBytes(const TensorInfo& t, TensorRole role) {
 
 std::string Gb(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
 
+// What holding a compressed matrix takes: its blocks as one aligned read (HeldTrunk::Load).
+uint64_t HeldBytes(const PackedTensor& p) {
+  return io::BufferBytesFor(p.blocks[0].offset, PieceStoredBytes(p, {0, p.blocks.size()}));
+}
+
 uint64_t MinimumCache(const ModelFootprint& f) {
   return static_cast<uint64_t>(f.experts_per_token) * f.expert_slot_bytes;
 }
@@ -61,6 +67,7 @@ uint64_t WholeTrunk(const ModelFootprint& f) {
 uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   const size_t layers = f.layer_bytes.size();
   plan.pinned.assign(layers, true);
+  plan.pinned_compressed = false;
   plan.routers_resident = plan.lm_head_resident = true;
   plan.ring_slots = 0;
   plan.ring_slot_bytes = 0;
@@ -85,9 +92,11 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
     used += f.ring_slot_bytes;
   }
   plan.pinned_trunk_bytes = 0;
+  plan.pinned_compressed = !f.layer_held_bytes.empty();
   for (size_t l = 0; l < layers; ++l) {
     // A pinned layer keeps its own router when the routers are not resident as a whole.
-    const uint64_t cost = f.layer_bytes[l] + (plan.routers_resident ? 0 : f.router_bytes[l]);
+    const uint64_t layer = plan.pinned_compressed ? f.layer_held_bytes[l] : f.layer_bytes[l];
+    const uint64_t cost = layer + (plan.routers_resident ? 0 : f.router_bytes[l]);
     plan.pinned[l] = used + cost <= room;
     if (!plan.pinned[l]) continue;
     used += cost;
@@ -148,6 +157,31 @@ uint64_t ModelFootprint::all_router_bytes() const {
   return n;
 }
 
+bool HeldCompressed(const TensorSpec& spec, const PackedTensor* packed, bool whole) {
+  return packed != nullptr && packed->compressed() && !whole && spec.layer >= 0 &&
+         spec.role != TensorRole::kVector && spec.group != TensorGroup::kRouter &&
+         spec.group != TensorGroup::kLmHead && spec.group != TensorGroup::kEmbedding;
+}
+
+std::vector<const TensorInfo*> HeldCompressedTensors(const Checkpoint& ckpt, const TrunkPack* pack,
+                                                     const MemoryPlan& plan) {
+  std::vector<const TensorInfo*> out;
+  if (!plan.pinned_compressed || pack == nullptr) return out;
+  const ModelConfig& c = ckpt.config();
+  absl::flat_hash_set<std::string> whole;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
+      if (m.whole) whole.insert(m.name);
+    }
+  }
+  for (const TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) {
+    const TensorInfo* t = ckpt.Find(spec.name);
+    if (t == nullptr || spec.layer < 0 || !plan.pinned[spec.layer]) continue;
+    if (HeldCompressed(spec, pack->Find(spec.name), whole.contains(spec.name))) out.push_back(t);
+  }
+  return out;
+}
+
 uint64_t ModelFootprint::trunk_bytes() const {
   uint64_t n = 0;
   for (uint64_t b : layer_bytes) n += b;
@@ -171,7 +205,8 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   // The pieces: the default size, or less when no matrix is that large.
   std::vector<std::pair<const TensorInfo*, bool>> matrices;  // streamable, whole
   uint64_t largest_matrix = 0;
-  bool widened = false;
+  bool widened = false, any_held = false;
+  std::vector<uint64_t> held(c.num_layers, 0);
   for (const TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) {
     const TensorInfo* t = ckpt.Find(spec.name);
     if (t == nullptr) continue;  // Checkpoint::Open has refused checkpoints missing tensors
@@ -192,15 +227,19 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
       } else {
         f.layer_bytes[spec.layer] += bytes;
         f.layer_read_bytes[spec.layer] += read;
+        const bool is_held = HeldCompressed(spec, packed, whole.contains(spec.name));
+        held[spec.layer] += is_held ? HeldBytes(*packed) : bytes;
+        any_held |= is_held;
       }
       matrices.emplace_back(t, whole.contains(spec.name));
       largest_matrix = std::max(largest_matrix, t->byte_size);
       widened |= t->dtype == DType::kF16;
     }
   }
+  if (any_held) f.layer_held_bytes = std::move(held);
   f.piece_bytes = ring.piece_bytes > 0 ? ring.piece_bytes
                                        : std::min(kDefaultPieceBytes, io::AlignUp(largest_matrix));
-  uint64_t largest_piece = 0, largest_decoded = 0;
+  uint64_t largest_piece = 0, largest_whole = 0, scratch = 0;
   for (const auto& [t, is_whole] : matrices) {
     const PackedTensor* packed = ring.pack != nullptr ? ring.pack->Find(t->name) : nullptr;
     if (packed == nullptr || !packed->compressed()) {
@@ -208,18 +247,30 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
       continue;
     }
     const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
-    for (const auto& piece : BlockPieces(*packed, f.piece_bytes, is_whole)) {
+    const auto pieces = BlockPieces(*packed, f.piece_bytes, is_whole);
+    for (const auto& piece : pieces) {
       uint64_t rows = 0;
-      for (size_t b = piece.first; b < piece.second; ++b) rows += packed->blocks[b].rows;
+      for (size_t b = piece.first; b < piece.second; ++b) {
+        rows += packed->blocks[b].rows;
+        // The scratch of CompressedPieceMatMul: a block's rows, and their products for a chunk.
+        const uint64_t block_rows = packed->blocks[b].rows;
+        scratch = std::max(scratch, block_rows * row_bytes +
+                                        block_rows * 4 * static_cast<uint64_t>(prefill_chunk));
+      }
       largest_piece = std::max(largest_piece, PieceStoredBytes(*packed, piece));
-      largest_decoded = std::max(largest_decoded, io::AlignUp(rows * row_bytes));
+      if (pieces.size() == 1)
+        largest_whole = std::max(largest_whole, io::AlignUp(rows * row_bytes));
     }
   }
   // An aligned read of a piece starts up to one block before it; F16 pieces are widened to fp32
   // beside the slot, compressed ones decoded beside it.
   f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
   if (widened) f.ring_slot_bytes += 2 * largest_piece;
-  f.ring_decode_bytes = kDecodeBuffers * largest_decoded;
+  // The scratch is thread_local: the compute threads and the thread that calls the engine.
+  const uint64_t threads = static_cast<uint64_t>(
+      ring.threads > 0 ? ring.threads : std::max(1u, std::thread::hardware_concurrency()));
+  f.ring_decode_bytes =
+      kDecodeBuffers * largest_whole + (scratch > 0 ? (threads + 1) * scratch : 0);
   f.ring_slots = ring.slots > 0 ? std::max(2, ring.slots) : kDefaultRingSlots;
   f.deep_ring_slots = f.ring_slots;
   if (ring.slots == 0 && !f.layer_bytes.empty()) {
@@ -344,7 +395,8 @@ std::string MemoryPlan::Describe() const {
   line("routers", Gb(router_bytes),
        routers_resident ? "(resident: lookahead on)" : "(with their layers: no lookahead there)");
   line("trunk pinned", Gb(pinned_trunk_bytes),
-       absl::StrFormat("(%d of %d layers)", pinned.size() - streamed_layers(), pinned.size()));
+       absl::StrFormat("(%d of %d layers%s)", pinned.size() - streamed_layers(), pinned.size(),
+                       pinned_compressed ? ", held compressed" : ""));
   line(
       "trunk ring", Gb(ring_bytes()),
       ring_slots == 0 ? std::string("(nothing streams)")

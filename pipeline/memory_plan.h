@@ -40,14 +40,14 @@ struct RingOptions {
   // The trunk pack the ring reads from, if any: a compressed one changes what a piece reads
   // and adds the decoded copy to each slot.
   const TrunkPack* pack = nullptr;
+  int threads = 0;  // compute threads (0: one per core); each has a decode scratch
 };
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
 inline constexpr int kMaxRingSlots = 64;
-// Decoded pieces held at once: two in use at a time at most (as a ring of two slots shows), and
-// kDecodeAheadBuffers decoded ahead by the streamer's decoder thread while others are multiplied.
-inline constexpr int kDecodeAheadBuffers = 2;
-inline constexpr int kDecodeBuffers = 2 + kDecodeAheadBuffers;
+// Compressed pieces decoded whole (for a row-by-row user) held at once: two in use at a time at
+// most, as a ring of two slots shows.
+inline constexpr int kDecodeBuffers = 2;
 // Embedding rows read at once when the embedding is not resident (their buffers are planned).
 inline constexpr int kEmbeddingRowsPerRead = 16;
 
@@ -62,11 +62,15 @@ struct ModelFootprint {
   // What streaming them reads: the compressed sizes from a compressed pack (empty or 0: the
   // sizes above).
   std::vector<uint64_t> layer_read_bytes, router_read_bytes;
+  // Per layer: what pinning it takes when its compressed matrices are held compressed
+  // (HeldCompressed; empty without a compressed pack).
+  std::vector<uint64_t> layer_held_bytes;
   uint64_t lm_head_read_bytes = 0;
   uint64_t piece_bytes = 0;      // the ring's piece size in effect
   uint64_t ring_slot_bytes = 0;  // one ring slot (aligned read of a piece + widening)
-  // A compressed pack's pieces are decoded into a few buffers of their own, shared by the
-  // slots (kDecodeBuffers of the largest decoded piece; 0 without compressed pieces).
+  // What decoding a compressed pack's pieces takes beside the slots (0 without compressed
+  // pieces): kDecodeBuffers of the largest one-piece matrix, for a row-by-row user, and each
+  // compute thread's scratch for the block it decodes and multiplies (its rows and products).
   uint64_t ring_decode_bytes = 0;
   int ring_slots = 0;         // the minimum's ring
   int deep_ring_slots = 0;    // the ring once the budget allows: a typical layer read ahead
@@ -98,6 +102,11 @@ struct ModelFootprint {
   ModelFootprint WithSequences(int n) const;
 };
 
+// Whether a pinned matrix of a compressed pack is held compressed when the plan says so
+// (MemoryPlan::pinned_compressed): a layer's matrix stored compressed that the forward pass
+// multiplies (not one used row by row, `whole`; the routers and lm_head stay decoded).
+bool HeldCompressed(const TensorSpec& spec, const PackedTensor* packed, bool whole);
+
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
 ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,
                                 const RingOptions& ring = {});
@@ -118,10 +127,13 @@ struct MemoryPlan {
   bool routers_resident = false;  // else each layer's router goes with its layer
   uint64_t router_bytes = 0;
   std::vector<bool> pinned;  // per layer: matrices resident (true) or streamed through the ring
+  // The pinned layers' compressed matrices are held compressed (a compressed pack whose trunk
+  // does not fit decoded): more layers fit, and none is decoded to memory.
+  bool pinned_compressed = false;
   uint64_t pinned_trunk_bytes = 0;
   int ring_slots = 0;  // 0 when nothing streams
   uint64_t ring_slot_bytes = 0;
-  uint64_t ring_decode_bytes = 0;  // with ring_slots > 0: the decode buffers of a compressed pack
+  uint64_t ring_decode_bytes = 0;  // with ring_slots > 0: ModelFootprint::ring_decode_bytes
   uint64_t ring_bytes() const { return ring_slots * ring_slot_bytes + ring_decode_bytes; }
   uint64_t piece_bytes = 0;
   uint64_t cache_bytes = 0;
@@ -135,6 +147,10 @@ struct MemoryPlan {
   // The plan as the lines printed at start.
   std::string Describe() const;
 };
+
+// The pinned matrices of `plan` held compressed (none unless plan.pinned_compressed).
+std::vector<const TensorInfo*> HeldCompressedTensors(const Checkpoint& ckpt, const TrunkPack* pack,
+                                                     const MemoryPlan& plan);
 
 // What one decode token reads under a plan, by the plan's arithmetic: every streamed trunk
 // byte, an embedding row when it is not resident, and the routed experts the cache misses, with

@@ -14,6 +14,7 @@
 #include "pipeline/cache/policy.h"
 #include "pipeline/engine.h"
 #include "pipeline/expert_stream.h"
+#include "pipeline/held_trunk.h"
 #include "pipeline/trunk_stream.h"
 
 namespace k3 {
@@ -26,6 +27,7 @@ class StreamingEngine : public Engine {
   ~StreamingEngine() override {
     // Order matters: the users of the read engine go first, the memory reads land in last.
     model_.reset();
+    held_.reset();
     streamer_.reset();
     provider_.reset();
     reads_.reset();
@@ -144,6 +146,7 @@ class StreamingEngine : public Engine {
     StepMetrics m;
     provider_->TakeMetrics(m);
     streamer_->TakeMetrics(m);
+    if (held_ != nullptr) held_->TakeMetrics(m);
     m.tokens = static_cast<int64_t>(tokens);
     m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     m.disk_busy_seconds = disk_.seconds() - busy0;
@@ -170,13 +173,29 @@ class StreamingEngine : public Engine {
   BusyClock disk_;
   std::unique_ptr<StreamingExpertProvider> provider_;
   std::unique_ptr<TrunkStreamer> streamer_;
+  std::unique_ptr<HeldTrunk> held_;  // pinned matrices held compressed, if any
   std::unique_ptr<Model> model_;
 };
 
 absl::Status StreamingEngine::LoadPinnedTrunk() {
   std::optional<ProgressBar> bar;
+  if (auto held = HeldCompressedTensors(*ckpt_, pack_.get(), plan_); !held.empty()) {
+    uint64_t total = 0, done = 0;
+    for (const TensorInfo* t : held) total += pack_->Find(t->name)->stored;
+    ProgressBar held_bar("loading compressed trunk", total, "B",
+                         options_.show_progress && total > (256u << 20));
+    auto loaded = HeldTrunk::Load(*pack_, held, *reads_, pack_file_,
+                                  [&](uint64_t bytes) { held_bar.Update(done += bytes); });
+    held_bar.Finish();
+    if (!loaded.ok()) return loaded.status();
+    held_ = *std::move(loaded);
+    streamer_->ReportErrorsOf(held_.get());
+  }
   TrunkResidency residency = plan_.residency();
-  residency.stream = [this](const TensorInfo& t) { return streamer_->Handle(t); };
+  residency.held = [this](const TensorInfo& t) { return held_ != nullptr && held_->Holds(t); };
+  residency.stream = [this](const TensorInfo& t) {
+    return held_ != nullptr && held_->Holds(t) ? held_->Handle(t) : streamer_->Handle(t);
+  };
   auto trunk = LoadTrunkWeights(
       *ckpt_,
       [&](uint64_t done, uint64_t total) {
@@ -236,9 +255,11 @@ absl::Status StreamingEngine::Init(const EngineOptions& options) {
     if (!pack.ok()) return pack.status();
     pack_ = *std::move(pack);
   }
-  const ModelFootprint one = MeasureFootprint(
-      *ckpt_, options.max_context, options.prefill_chunk,
-      {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots, .pack = pack_.get()});
+  const ModelFootprint one = MeasureFootprint(*ckpt_, options.max_context, options.prefill_chunk,
+                                              {.piece_bytes = options.ring_piece_bytes,
+                                               .slots = options.ring_slots,
+                                               .pack = pack_.get(),
+                                               .threads = options.threads});
   if (options.sequences < 1) return absl::InvalidArgumentError("--batch must be >= 1");
   const ModelFootprint footprint = one.WithSequences(options.sequences);
   auto plan = PlanMemory(footprint, options.memory, AvailableRamBytes());

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
   }
   for (const Piece& p : s->pieces_) {
     s->slot_bytes_ = std::max(s->slot_bytes_, io::BufferBytesFor(p.offset, p.length));
-    if (p.packed != nullptr) {
+    if (p.packed != nullptr && p.whole_matrix) {
       s->decoded_bytes_ = std::max<uint64_t>(s->decoded_bytes_, io::AlignUp(p.rows * p.cols * 2));
     }
   }
@@ -89,12 +89,9 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
       if (!buffers.ok()) return buffers.status();
       s->decode_arena_ = *std::move(buffers);
       for (int i = 0; i < kDecodeBuffers; ++i) {
-        auto& pool = i < kDecodeBuffers - kDecodeAheadBuffers ? s->free_decode_buffers_
-                                                              : s->free_ahead_buffers_;
-        pool.push_back(s->decode_arena_->Slice(i * s->decoded_bytes_, s->decoded_bytes_));
+        s->free_decode_buffers_.push_back(
+            s->decode_arena_->Slice(i * s->decoded_bytes_, s->decoded_bytes_));
       }
-      for (int i = 0; i < kDecodeAheadBuffers; ++i) s->slots_.push_back(std::make_unique<Slot>());
-      s->decoder_ = std::thread([p = s.get()] { p->DecoderLoop(); });
     }
   }
   if (!plan.embedding_resident) {
@@ -111,12 +108,6 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
 }
 
 TrunkStreamer::~TrunkStreamer() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  decoder_wake_.notify_all();
-  if (decoder_.joinable()) decoder_.join();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return reads_in_flight_ == 0; });
 }
@@ -151,13 +142,14 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
       row += n;
       ++by_tensor_[&t].second;
     }
-    return;
+  } else {
+    for (size_t r = 0; r < rows; r += per_piece) {
+      const size_t n = std::min(per_piece, rows - r);
+      pieces_.push_back({&t, file, base + r * row_bytes, n * row_bytes, r, n, cols});
+      ++by_tensor_[&t].second;
+    }
   }
-  for (size_t r = 0; r < rows; r += per_piece) {
-    const size_t n = std::min(per_piece, rows - r);
-    pieces_.push_back({&t, file, base + r * row_bytes, n * row_bytes, r, n, cols});
-    ++by_tensor_[&t].second;
-  }
+  if (by_tensor_[&t].second == 1) pieces_.back().whole_matrix = true;
 }
 
 Matrix TrunkStreamer::Handle(const TensorInfo& t) {
@@ -181,13 +173,12 @@ TrunkStreamer::Slot* TrunkStreamer::SlotOf(int64_t piece) {
 
 TrunkStreamer::Slot* TrunkStreamer::FreeSlot() {
   for (auto& s : slots_) {
-    if (s->state == SlotState::kFree && !s->memory.empty()) return s.get();
+    if (s->state == SlotState::kFree) return s.get();
   }
   return nullptr;
 }
 
 void TrunkStreamer::StartRead(Slot& slot, int64_t piece) {
-  DropDecodedLocked(slot);
   const Piece& p = pieces_[piece];
   slot.piece = piece;
   slot.state = SlotState::kLoading;
@@ -229,7 +220,6 @@ void TrunkStreamer::OnRead(Slot& slot, io::ReadResult result) {
     slot.data = result.data;
     slot.state = SlotState::kReady;
     bytes_read_ += result.data.size();
-    decoder_wake_.notify_one();
   } else {
     slot.status = result.status;
     slot.state = SlotState::kFailed;
@@ -246,10 +236,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
   Slot* slot = nullptr;
   while (slot == nullptr) {
     if (Slot* s = SlotOf(index); s != nullptr) {
-      changed_.wait(lock, [&] {
-        return s->piece != index ||
-               (s->state != SlotState::kLoading && s->state != SlotState::kDecoding);
-      });
+      changed_.wait(lock, [&] { return s->piece != index || s->state != SlotState::kLoading; });
       if (s->piece == index) slot = s;
       continue;
     }
@@ -257,8 +244,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
     // and go on reading ahead from here.
     Slot* target = FreeSlot();
     for (auto& s : slots_) {
-      if (target == nullptr && !s->memory.empty() &&
-          (s->state == SlotState::kReady || s->state == SlotState::kFailed)) {
+      if (target == nullptr && (s->state == SlotState::kReady || s->state == SlotState::kFailed)) {
         target = s.get();
       }
     }
@@ -277,16 +263,23 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
     FreeSlotLocked(*slot);
     return status;
   }
-  // Decoded ahead, or not yet (this thread decodes it now).
   slot->state = SlotState::kInUse;
-  last_acquired_ = index;
   ScheduleAheadLocked();
   const Piece& p = pieces_[index];
-  if (p.packed != nullptr && !slot->is_decoded && form == PieceForm::kStoredIfCompressed) {
+  if (p.packed != nullptr && form == PieceForm::kStoredIfCompressed) {
+    ++decoded_fused_;
     return RowPiece{{DType::kBF16, nullptr, p.rows, p.cols}, p.row_begin, p.block_row_begin};
   }
-  if (p.packed != nullptr && slot->decoded.empty()) {
-    // Never more than two pieces are in use at once, so one of the buffers comes free.
+  if (p.packed != nullptr && !p.whole_matrix) {
+    const absl::Status status = absl::InternalError(
+        absl::StrCat("trunk streamer: piece ", index, " of ", p.tensor->name,
+                     " asked for whole, but only a matrix of one piece is used row by row"));
+    if (error_.ok()) error_ = status;
+    FreeSlotLocked(*slot);
+    return status;
+  }
+  if (p.packed != nullptr) {
+    // Never more than kDecodeBuffers pieces are used whole at once, so one comes free.
     changed_.wait(lock, [&] { return !free_decode_buffers_.empty(); });
     slot->decoded = free_decode_buffers_.back();
     free_decode_buffers_.pop_back();
@@ -301,110 +294,30 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
   return view;
 }
 
-// A slot in use goes back to the ring, and its decode buffer to its pool.
+// A slot in use goes back to the ring, and its decode buffer to the pool.
 void TrunkStreamer::FreeSlotLocked(Slot& slot) {
   slot.state = SlotState::kFree;
   slot.piece = -1;
   slot.data = {};
-  DropDecodedLocked(slot);
+  if (!slot.decoded.empty()) free_decode_buffers_.push_back(std::exchange(slot.decoded, {}));
   ScheduleAheadLocked();
-  decoder_wake_.notify_one();  // a decode-ahead buffer may have come free
   changed_.notify_all();
 }
 
-void TrunkStreamer::DropDecodedLocked(Slot& slot) {
-  if (slot.decoded.empty()) return;
-  (slot.ahead_buffer ? free_ahead_buffers_ : free_decode_buffers_).push_back(slot.decoded);
-  slot.decoded = {};
-  slot.ahead_buffer = slot.is_decoded = false;
-}
-
-// The compressed piece read and not decoded nearest in the order of use, or null.
-TrunkStreamer::Slot* TrunkStreamer::NextToDecodeLocked() {
-  const int64_t n = static_cast<int64_t>(pieces_.size());
-  Slot* next = nullptr;
-  int64_t best = n;
-  for (auto& s : slots_) {
-    if (s->state != SlotState::kReady || !s->decoded.empty() ||
-        pieces_[s->piece].packed == nullptr) {
-      continue;
-    }
-    const int64_t distance = ((s->piece - last_acquired_) % n + n) % n;
-    if (distance < best) best = distance, next = s.get();
-  }
-  return next;
-}
-
-// Decodes the pieces read and waiting, nearest in the order of use first, while the
-// decode-ahead buffers last. At the streaming budget the cores spend most of the token waiting
-// for the disk, so the decode costs the token nothing.
-void TrunkStreamer::DecoderLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    Slot* slot = nullptr;
-    decoder_wake_.wait(lock, [&] {
-      if (stopping_) return true;
-      slot = free_ahead_buffers_.empty() ? nullptr : NextToDecodeLocked();
-      return slot != nullptr;
-    });
-    if (stopping_) return;
-    slot->decoded = free_ahead_buffers_.back();
-    free_ahead_buffers_.pop_back();
-    slot->ahead_buffer = true;
-    slot->state = SlotState::kDecoding;
-    const Piece& p = pieces_[slot->piece];
-    lock.unlock();
-    absl::Status s = Decode(p, slot->data, slot->decoded.first(p.rows * p.cols * 2), true);
-    lock.lock();
-    if (s.ok()) {
-      slot->is_decoded = true;
-      slot->state = SlotState::kReady;
-      MoveDecodedOutOfRingLocked(*slot);
-    } else {
-      slot->status = std::move(s);
-      slot->state = SlotState::kFailed;
-    }
-    changed_.notify_all();
-  }
-}
-
-// Hands a piece decoded ahead to a slot without memory and reads the next piece into its ring
-// slot. (Each decode-ahead buffer is in one slot at a time, so while this one is in the ring at
-// least one slot without memory is free.)
-void TrunkStreamer::MoveDecodedOutOfRingLocked(Slot& slot) {
-  for (auto& held : slots_) {
-    if (!held->memory.empty() || held->state != SlotState::kFree) continue;
-    held->piece = std::exchange(slot.piece, -1);
-    held->decoded = std::exchange(slot.decoded, {});
-    held->ahead_buffer = held->is_decoded = true;
-    held->state = SlotState::kReady;
-    slot.ahead_buffer = slot.is_decoded = false;
-    slot.data = {};
-    slot.state = SlotState::kFree;
-    ScheduleAheadLocked();
-    return;
-  }
-}
-
-// The piece's blocks, each checked and decoded on its own: on use, in parallel by the acquiring
-// thread and any idle worker; ahead, one after another on the decoder thread.
-absl::Status TrunkStreamer::Decode(const Piece& p, std::span<const uint8_t> stored,
-                                   std::span<uint8_t> out, bool ahead) {
+// The piece's blocks, each checked and decoded on its own, in parallel by the acquiring thread
+// and any idle worker.
+absl::Status TrunkStreamer::DecodeWhole(const Piece& p, std::span<const uint8_t> stored,
+                                        std::span<uint8_t> out) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t row_bytes = p.cols * 2;
   std::vector<absl::Status> status(p.block_end - p.block_begin);
-  auto decode = [&](size_t i) {
+  tbb::parallel_for(size_t{0}, status.size(), [&](size_t i) {
     status[i] = DecodeOneBlock(p, i, stored, out.subspan(p.block_row_begin[i] * row_bytes));
-  };
-  if (ahead) {
-    for (size_t i = 0; i < status.size(); ++i) decode(i);
-  } else {
-    tbb::parallel_for(size_t{0}, status.size(), decode);
-  }
+  });
   {
     std::lock_guard<std::mutex> lock(mu_);
     decode_seconds_ += Since(t0);
-    ++(ahead ? decoded_ahead_ : decoded_on_use_);
+    ++decoded_whole_;
   }
   for (const absl::Status& s : status) {
     if (!s.ok()) return s;
@@ -419,9 +332,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::View(Slot& slot) {
   Matrix m{p.tensor->dtype, slot.data.data(), p.rows, p.cols};
   if (p.packed != nullptr) {
     const std::span<uint8_t> out = slot.decoded.first(p.rows * p.cols * 2);
-    if (!slot.is_decoded) {
-      if (absl::Status s = Decode(p, slot.data, out, false); !s.ok()) return s;
-    }
+    if (absl::Status s = DecodeWhole(p, slot.data, out); !s.ok()) return s;
     m.data = out.data();
   }
   if (p.tensor->dtype == DType::kF16) {
@@ -462,7 +373,6 @@ absl::Status TrunkStreamer::DecodeBlock(int64_t index, size_t block, std::span<u
   absl::Status s = DecodeOneBlock(p, block, stored, out);
   lock.lock();
   decode_seconds_ += Since(t0);
-  if (block == 0) ++decoded_on_use_;
   if (!s.ok() && error_.ok()) error_ = s;
   return s;
 }
@@ -475,8 +385,9 @@ void TrunkStreamer::ReleasePiece(int64_t index) {
 }
 
 absl::Status TrunkStreamer::TakeError() {
+  absl::Status other = other_ != nullptr ? other_->TakeError() : absl::OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
-  absl::Status s = error_;
+  absl::Status s = error_.ok() ? other : error_;
   error_ = absl::OkStatus();
   return s;
 }
@@ -555,10 +466,10 @@ void TrunkStreamer::TakeMetrics(StepMetrics& m) {
   m.io_wait_seconds += wait_seconds_;
   m.trunk_wait_seconds += wait_seconds_;
   m.trunk_decode_seconds += decode_seconds_;
-  m.trunk_pieces_decoded_ahead += decoded_ahead_;
-  m.trunk_pieces_decoded_on_use += decoded_on_use_;
+  m.trunk_pieces_decoded_fused += decoded_fused_;
+  m.trunk_pieces_decoded_whole += decoded_whole_;
   decode_seconds_ = 0;
-  decoded_ahead_ = decoded_on_use_ = 0;
+  decoded_fused_ = decoded_whole_ = 0;
   m.trunk_pieces_out_of_order += out_of_order_ - out_of_order_reported_;
   bytes_read_ = 0;
   wait_seconds_ = 0;

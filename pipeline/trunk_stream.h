@@ -5,19 +5,20 @@
 // one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
 // piece, the next ones load into the other slots; releasing a piece frees its slot for the next
 // one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
-// of a compressed pack is whole blocks, each checked and decoded: ahead of use by the streamer's
-// decoder thread, after which the piece moves out of the ring into its decode buffer so that its
-// slot reads the next piece at once (the decode-ahead buffers deepen the ring); or, if the
-// decoder has not got to it, by its user: a product takes the blocks and decodes each as it
-// multiplies it (DecodeBlock), a row-by-row user has the piece decoded whole. When the embedding
-// is not resident, the rows a token needs are read on demand.
+// of a compressed pack is whole blocks, each checked and decoded by the piece's user: a product
+// takes the blocks and decodes each into a per-thread scratch as it multiplies it (DecodeBlock),
+// so the decoded rows never pass through memory; a row-by-row user has the piece decoded whole
+// into a decode buffer. (A decoder thread that decoded pieces ahead of use was measured against
+// this: no faster where the disk is the limit, 1.2-1.35x slower where the cores are, since it
+// writes and reads back every decoded byte and takes a core from the products; see
+// docs/PERFORMANCE.md.) When the embedding is not resident, the rows a token needs are read on
+// demand.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,13 +41,16 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   static absl::StatusOr<std::unique_ptr<TrunkStreamer>> Create(
       const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
       std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk);
-  // Stops the decoder and waits for reads still landing in the ring.
+  // Waits for reads still landing in the ring.
   ~TrunkStreamer() override;
 
   // The handle of a streamed matrix (TrunkResidency::stream).
   Matrix Handle(const TensorInfo& tensor);
   // The weights, built with these handles; before the first token.
   void Attach(const TrunkWeights& trunk) { trunk_ = &trunk; }
+  // Another source of the layers' matrices (the pinned ones held compressed) whose errors
+  // TakeError reports too: the model asks this streamer, its LayerSource, after each layer.
+  void ReportErrorsOf(PieceSource* other) { other_ = other; }
 
   absl::StatusOr<const LayerWeights*> AcquireLayer(int64_t layer) override;
   void ReleaseLayer(int64_t) override {}
@@ -75,21 +79,19 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     const PackedTensor* packed = nullptr;
     size_t block_begin = 0, block_end = 0;
     std::vector<size_t> block_row_begin = {};  // RowPiece::block_row_begin
+    // The matrix's only piece: only such a piece may be used whole (row by row, WholeMatrix), so
+    // the decode buffers are sized for those.
+    bool whole_matrix = false;
   };
-  // kDecoding: a compressed piece read and being decoded ahead of its use by the decoder.
-  enum class SlotState { kFree, kLoading, kReady, kDecoding, kInUse, kFailed };
-  // A ring slot reads into `memory`. The kDecodeAheadBuffers slots without memory hold pieces
-  // decoded ahead (kReady, then kInUse), moved there from the ring slots they were read into.
+  enum class SlotState { kFree, kLoading, kReady, kInUse, kFailed };
   struct Slot {
     int64_t piece = -1;
     SlotState state = SlotState::kFree;
     absl::Status status;
-    std::span<uint8_t> memory;      // empty: a slot for a piece decoded ahead
+    std::span<uint8_t> memory;      // the ring's memory the piece is read into
     std::span<const uint8_t> data;  // the piece's bytes, once loaded
     std::vector<float> widened;     // F16 pieces, widened to fp32
-    std::span<uint8_t> decoded;     // compressed pieces: a decode buffer, while in use
-    bool ahead_buffer = false;      // `decoded` came from the decode-ahead pool
-    bool is_decoded = false;        // `decoded` holds the piece
+    std::span<uint8_t> decoded;     // a compressed piece used whole: its decode buffer
   };
 
   TrunkStreamer(const Checkpoint& ckpt, io::ReadEngine& engine, std::vector<io::FileId> shard_files,
@@ -100,11 +102,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
                  io::FileId pack_file);
   Slot* SlotOf(int64_t piece);
   Slot* FreeSlot();  // a free ring slot
-  void MoveDecodedOutOfRingLocked(Slot& slot);
   void FreeSlotLocked(Slot& slot);
-  void DropDecodedLocked(Slot& slot);
-  Slot* NextToDecodeLocked();
-  void DecoderLoop();
   void StartRead(Slot& slot, int64_t piece);
   void ScheduleAheadLocked();
   void OnRead(Slot& slot, io::ReadResult result);
@@ -112,10 +110,8 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   // Checks block `block` of the piece and decodes it into `out` (its rows).
   absl::Status DecodeOneBlock(const Piece& p, size_t block, std::span<const uint8_t> stored,
                               std::span<uint8_t> out) const;
-  // Checks and decodes the piece's blocks into `out`; `ahead`: on the decoder thread, before its
-  // use, one block after another (on use, the blocks are decoded in parallel).
-  absl::Status Decode(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out,
-                      bool ahead);
+  // Checks and decodes the piece's blocks into `out`, in parallel.
+  absl::Status DecodeWhole(const Piece& p, std::span<const uint8_t> stored, std::span<uint8_t> out);
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
@@ -123,10 +119,11 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   const std::vector<io::FileId> shard_files_;
   BusyClock& disk_;
   const TrunkWeights* trunk_ = nullptr;
+  PieceSource* other_ = nullptr;
   std::vector<Piece> pieces_;  // every streamed piece of one pass, in the order of use
   absl::flat_hash_map<const TensorInfo*, std::pair<int64_t, int64_t>> by_tensor_;  // first, count
   uint64_t slot_bytes_ = 0;     // the read part of a slot
-  uint64_t decoded_bytes_ = 0;  // one decode buffer (0 without compressed pieces)
+  uint64_t decoded_bytes_ = 0;  // one decode buffer (0 without compressed one-piece matrices)
   std::unique_ptr<io::BufferArena> decode_arena_;
   std::string pack_path_;
   std::unique_ptr<io::BufferArena> arena_;
@@ -135,26 +132,17 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  // Decode buffers: those for a piece decoded when it is acquired (never more than two pieces
-  // are in use at once) and those for pieces decoded ahead by the decoder.
-  std::vector<std::span<uint8_t>> free_decode_buffers_, free_ahead_buffers_;
-  int64_t last_acquired_ = -1;
-  // The decoder: a thread of its own, not a task, so that a piece is decoded as soon as it lands.
-  // Both ways were measured: a task waited behind the products and the experts' matmuls (the
-  // acquiring thread blocks outside the task scheduler while it waits for the disk), and the
-  // disk went idle with the ring full of pieces read but not decoded.
-  std::condition_variable decoder_wake_;
-  bool stopping_ = false;
-  std::thread decoder_;  // with compressed pieces only
-  int64_t next_ = 0;     // the next piece to read ahead
+  // Decode buffers for compressed pieces used whole (never more than kDecodeBuffers at once).
+  std::vector<std::span<uint8_t>> free_decode_buffers_;
+  int64_t next_ = 0;  // the next piece to read ahead
   int reads_in_flight_ = 0;
   absl::Status error_;
   int64_t out_of_order_ = 0;
   int64_t out_of_order_reported_ = 0;
   uint64_t bytes_read_ = 0;
   double wait_seconds_ = 0;
-  double decode_seconds_ = 0;
-  uint64_t decoded_ahead_ = 0, decoded_on_use_ = 0;  // pieces, since the last TakeMetrics
+  double decode_seconds_ = 0;                       // summed over threads
+  uint64_t decoded_fused_ = 0, decoded_whole_ = 0;  // pieces, since the last TakeMetrics
 };
 
 }  // namespace k3

@@ -11,7 +11,7 @@
 //   Piece: a trunk ring piece (2048 x 7168, 28 MiB decoded) in 8 blocks of 256 rows, decoded and
 //          multiplied by a vector: all 8 blocks into one buffer, then the product (DecodeThen), or
 //          each block into a reused scratch and multiplied at once (Fused, what a product does
-//          with a piece not decoded ahead). Rates are of compressed input.
+//          with a compressed piece or a matrix held compressed). Rates are of compressed input.
 //
 // Run: k3_bench_kernels --benchmark_filter=Bf16Codec
 #include <benchmark/benchmark.h>

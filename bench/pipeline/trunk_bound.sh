@@ -10,10 +10,11 @@
 # queue depth 32); the engine's own runs may sustain more than that short probe, so the
 # bandwidth of a run's I/O floor (its bytes read per token over it) is the higher of the probe
 # and the best any disk-bound run of the table sustained (GB/token over s/token, disk busy
-# >= 95 %).
+# >= 95 %), unless FLOOR_GBS gives it (for an emulated --storage-profile, whose bandwidth the
+# probe does not see).
 #
 # Usage: bench/pipeline/trunk_bound.sh MODEL_DIR RAW_PACK_DIR CODEC_PACK_DIR "MEMORY FLAGS" ...
-#   env: BUILD (build), REPEAT (3), N (6)
+#   env: BUILD (build), REPEAT (3), N (6), FLOOR_GBS (measured)
 # Example: bench/pipeline/trunk_bound.sh /var/tmp/slice /var/tmp/raw /var/tmp/e3 \
 #            "--ram-gb 4.6" "--trunk-gb 4 --cache-gb 1" "--trunk-gb 9 --cache-gb 2.5"
 set -eu
@@ -46,9 +47,9 @@ for memory in "$@"; do
   done
 done
 raw 2
-/usr/bin/python3 - "$OUT" "$REPEAT" "$#" <<'PY'
+/usr/bin/python3 - "$OUT" "$REPEAT" "$#" "${FLOOR_GBS:-0}" <<'PY'
 import json, statistics, sys
-out, repeat, settings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, repeat, settings, floor_gbs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 def raw_gbs(i):
     return json.load(open(f"{out}/raw{i}.json"))["results"][0]["gbps_median"]
 def load(i, p, r):
@@ -62,12 +63,12 @@ sustained = max([gb_per_token(x) / x["seconds_per_token"]
                  for i in range(1, settings + 1) for p in ("raw", "codec")
                  for x in [load(i, p, r) for r in range(1, repeat + 1)]
                  if x["disk_busy_fraction"] >= 0.95] + [0])
-bw = max(probe, sustained)
+bw = floor_gbs if floor_gbs > 0 else max(probe, sustained)
 print(f"raw read bandwidth: {raw_gbs(1):.2f} GB/s before, {raw_gbs(2):.2f} GB/s after; "
       f"best sustained by a disk-bound run {sustained:.2f}; the floor uses {bw:.2f}")
 print()
 print("| memory | pack | s/token | x raw | GB/token | trunk GB | experts GB | x I/O floor |"
-      " decode s/token | decoded ahead | stall s/token | disk busy |")
+      " decode s/token | decoded in the products | stall s/token | disk busy |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for i in range(1, settings + 1):
     memory = open(f"{out}/memory{i}").read().strip()
@@ -81,7 +82,7 @@ for i in range(1, settings + 1):
               for w, c in zip(runs["raw"], runs["codec"])]
     for p in ("raw", "codec"):
         def m(f): return statistics.median(f(x) for x in runs[p])
-        ahead = lambda d: 100 * d["ahead"] / max(1, d["ahead"] + d["on_use"])
+        fused = lambda d: 100 * d["fused"] / max(1, d["fused"] + d["whole"])
         spt = m(lambda x: x["seconds_per_token"])
         trunk = m(lambda x: gb_per_token(x, "trunk"))
         experts = m(lambda x: gb_per_token(x, "expert"))
@@ -90,7 +91,7 @@ for i in range(1, settings + 1):
         print(f"| `{memory}` | {p} | {spt:.3f} | {ratio} | {gb:.2f} | {trunk:.2f} | {experts:.2f} | "
               f"{spt / (gb / bw) if gb > 0 else 0:.2f} | "
               f"{m(lambda x: x['trunk_decode_seconds'] / steps(x)):.3f} | "
-              f"{m(lambda x: ahead(x['trunk_pieces_decoded'])):.0f}% | "
+              f"{m(lambda x: fused(x['trunk_pieces_decoded'])):.0f}% | "
               f"{m(lambda x: x['io_wait_seconds'] / steps(x)):.3f} | "
               f"{m(lambda x: x['disk_busy_fraction']):.2f} |")
 PY

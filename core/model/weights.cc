@@ -178,7 +178,7 @@ class TrunkLoader {
     for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
       const TensorInfo* t = ckpt.Find(spec.name);
       if (t == nullptr) continue;  // Checkpoint::Open has refused checkpoints missing tensors
-      if (IsResident(residency, spec)) {
+      if (IsResident(residency, spec) && !(residency.held && residency.held(*t))) {
         total_ += t->byte_size;
         if (InArena(*t)) arena_bytes += io::BufferBytesFor(t->file_offset, t->byte_size);
       } else {
@@ -200,7 +200,7 @@ class TrunkLoader {
     const TensorInfo* t = ckpt_.Find(name);
     if (t != nullptr && streamed_.contains(t)) {
       if (!residency_.stream) {
-        Check(absl::InternalError(absl::StrCat(name, " is streamed but has no source")));
+        Check(absl::InternalError(absl::StrCat(name, " is streamed or held but has no source")));
         return {};
       }
       return residency_.stream(*t);

@@ -154,8 +154,11 @@ struct TrunkResidency {
   bool routers = true;       // every router resident; otherwise a router goes with its layer
   bool lm_head = true;
   bool embedding = true;  // false: rows read on demand
-  // The handle of a streamed matrix (the trunk streamer's pieces); required when anything is.
+  // The handle of a streamed matrix (the trunk streamer's pieces), or of a resident one held
+  // compressed; required when anything is.
   std::function<Matrix(const TensorInfo&)> stream;
+  // Resident matrices held compressed (their handles come from `stream`); none when empty.
+  std::function<bool(const TensorInfo&)> held;
 };
 
 // Whether the tensor of `spec` is held in memory under `residency` (vectors always are).

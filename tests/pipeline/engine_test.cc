@@ -19,6 +19,7 @@
 #include "core/model/model.h"
 #include "core/synth.h"
 #include "core/trunk_pack.h"
+#include "tests/pipeline/engine_run.h"
 #include "tests/util/permute_experts.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"
@@ -30,90 +31,22 @@ using ::k3::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 2, 30, 41, 17};
-constexpr int kDecodeSteps = 6;
-constexpr int kPrefillChunk = 4;
-
-// Counts the experts the model asks for, per call, on top of the synchronous provider.
-class CountingProvider : public ExpertProvider {
- public:
-  explicit CountingProvider(const Checkpoint& ckpt) : inner_(ckpt) {}
-  absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts, const ExpertUse& use,
-                             const std::function<void()>& alongside) override {
-    requested += experts.size();
-    return inner_.ForEachExpert(layer, experts, use, alongside);
-  }
-  uint64_t requested = 0;
-
- private:
-  CheckpointExpertProvider inner_;
-};
-
-struct StreamRun {
-  std::vector<int32_t> ids;
-  std::vector<std::vector<float>> logits;  // after the prompt, then after each decode step
-  StepMetrics prefill;
-  StepMetrics decode;
-};
-
-int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-// The reference: the whole trunk resident and experts read one by one, no pipeline at all.
-StreamRun Baseline(const std::string& dir, uint64_t* experts_per_prefill = nullptr) {
-  auto ckpt = Checkpoint::Open(dir);
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  auto trunk = LoadTrunkWeights(**ckpt);
-  EXPECT_TRUE(trunk.ok()) << trunk.status();
-  CountingProvider provider(**ckpt);
-  Model model((*ckpt)->config(), **trunk, provider);
-  SequenceState state((*ckpt)->config());
-  StreamRun run;
-  std::vector<float> logits;
-  for (size_t at = 0; at < kPrompt.size(); at += kPrefillChunk) {
-    const size_t n = std::min<size_t>(kPrefillChunk, kPrompt.size() - at);
-    EXPECT_TRUE(model.Forward({kPrompt.data() + at, n}, state, false, logits).ok());
-  }
-  if (experts_per_prefill != nullptr) *experts_per_prefill = provider.requested;
-  run.logits.push_back(logits);
-  for (int i = 0; i < kDecodeSteps; ++i) {
-    const int32_t id = Argmax(logits);
-    run.ids.push_back(id);
-    EXPECT_TRUE(model.Forward({&id, 1}, state, false, logits).ok());
-    run.logits.push_back(logits);
-  }
-  return run;
-}
-
-absl::StatusOr<StreamRun> Stream(const EngineOptions& options) {
-  auto engine = Engine::Open(options);
-  if (!engine.ok()) return engine.status();
-  SequenceState state = (*engine)->NewState();
-  StreamRun run;
-  std::vector<float> logits;
-  if (auto s = (*engine)->Prefill(kPrompt, state, logits, &run.prefill); !s.ok()) return s;
-  run.logits.push_back(logits);
-  for (int i = 0; i < kDecodeSteps; ++i) {
-    const int32_t id = Argmax(logits);
-    run.ids.push_back(id);
-    if (auto s = (*engine)->Decode(id, state, logits, &run.decode); !s.ok()) return s;
-    run.logits.push_back(logits);
-  }
-  return run;
-}
+using ::k3::testing::Argmax;
+using ::k3::testing::Baseline;
+using ::k3::testing::CountingProvider;
+using ::k3::testing::kDecodeSteps;
+using ::k3::testing::kPrefillChunk;
+using ::k3::testing::kPrompt;
+using ::k3::testing::OptionsFor;
+using ::k3::testing::PackCompressed;
+using ::k3::testing::Stream;
+using ::k3::testing::StreamRun;
 
 using ::k3::testing::BitIdentical;
 
 class EngineTest : public ::k3::testing::TinyModelSuite {
  protected:
-  EngineOptions Options() const {
-    EngineOptions o;
-    o.model_dir = ModelDir();
-    o.prefill_chunk = kPrefillChunk;
-    o.max_context = 64;
-    return o;
-  }
+  EngineOptions Options() const { return OptionsFor(ModelDir()); }
 
   // The prompt's prefill with every expert cacheable (preset max) and the given lookahead
   // distances; the engine stays open for the caller's questions.
@@ -160,14 +93,6 @@ std::vector<MemorySetting> GridMemory(const std::string& dir) {
            0,
            0,
            true}};
-}
-
-// A compressed trunk pack of `dir` in `out`, in blocks of 16 KiB.
-void PackCompressed(const std::string& dir, const std::string& out) {
-  auto ckpt = Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto r = WriteTrunkPack(**ckpt, out, {.codec = kBf16Codec, .block_bytes = 16 << 10});
-  ASSERT_TRUE(r.ok()) << r.status();
 }
 
 // Runs the grid of DESIGN.md invariant 1 on `dir`: memory settings (above) x queue depth
@@ -357,63 +282,6 @@ TEST_F(EngineTest, StreamingFromATrunkPackGivesTheSameAnswer) {
     EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
   }
   EXPECT_GT(run->decode.trunk_bytes, 0u);
-}
-
-// A compressed pack's pieces are decoded as they are acquired: same bits, fewer bytes read, the
-// decode timed.
-TEST_F(EngineTest, StreamingFromACompressedPackGivesTheSameBitsFromFewerBytes) {
-  const StreamRun base = Baseline(ModelDir());
-  TempDir raw, compressed;
-  auto ckpt = Checkpoint::Open(ModelDir());
-  ASSERT_TRUE(ckpt.ok());
-  ASSERT_TRUE(WriteTrunkPack(**ckpt, raw.path(), {}).ok());
-  ASSERT_NO_FATAL_FAILURE(PackCompressed(ModelDir(), compressed.path()));
-  EngineOptions o = Options();
-  o.memory.preset = "ultra";
-  o.trunk_dir = raw.path();
-  auto from_raw = Stream(o);
-  ASSERT_TRUE(from_raw.ok()) << from_raw.status();
-  o.trunk_dir = compressed.path();
-  auto run = Stream(o);
-  ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->ids, base.ids);
-  for (size_t i = 0; i < base.logits.size(); ++i) {
-    EXPECT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << "step " << i;
-  }
-  EXPECT_LT(run->decode.trunk_bytes, from_raw->decode.trunk_bytes);
-  EXPECT_GT(run->decode.trunk_decode_seconds, 0);
-  EXPECT_EQ(from_raw->decode.trunk_decode_seconds, 0);
-  // Every compressed piece acquired was decoded once, ahead or on use (which of the two depends
-  // on the threads' timing, so only the sum is fixed).
-  EXPECT_GT(run->decode.trunk_pieces_decoded_ahead + run->decode.trunk_pieces_decoded_on_use, 0u);
-  EXPECT_EQ(from_raw->decode.trunk_pieces_decoded_ahead, 0u);
-  EXPECT_EQ(from_raw->decode.trunk_pieces_decoded_on_use, 0u);
-}
-
-// A block damaged on disk after the pack was made: the step fails with DataLoss naming the pack
-// file and the block's offset; no token comes from it.
-TEST_F(EngineTest, ADamagedCompressedBlockFailsTheStepNamingFileAndOffset) {
-  TempDir dir;
-  ASSERT_NO_FATAL_FAILURE(PackCompressed(ModelDir(), dir.path()));
-  auto ckpt = Checkpoint::Open(ModelDir());
-  ASSERT_TRUE(ckpt.ok());
-  auto pack = TrunkPack::Open(dir.path(), **ckpt);
-  ASSERT_TRUE(pack.ok()) << pack.status();
-  const PackedBlock& block = (*pack)->layer_run(1)->tensors.back().blocks.front();
-  {
-    std::fstream f((*pack)->pack_path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(block.offset + 7));
-    f.put('\x5a');
-  }
-  EngineOptions o = Options();
-  o.memory.preset = "ultra";
-  o.trunk_dir = dir.path();
-  auto run = Stream(o);
-  ASSERT_FALSE(run.ok());
-  EXPECT_EQ(run.status().code(), absl::StatusCode::kDataLoss) << run.status();
-  EXPECT_THAT(run.status().message(),
-              AllOf(HasSubstr("trunk.pack"), HasSubstr(absl::StrCat("offset ", block.offset)),
-                    HasSubstr("checksum")));
 }
 
 TEST_F(EngineTest, LookaheadPredictsAndIsScored) {

@@ -1,12 +1,11 @@
-// The trunk streamer on its own: a compressed piece decoded ahead leaves its ring slot for the
-// next read, and every piece, however it was decoded, holds the checkpoint's own rows.
+// The trunk streamer on its own: a compressed piece comes as its blocks to a product and decoded
+// whole to a row-by-row user, each holding the checkpoint's own rows, and the decode buffers are
+// only for matrices of one piece.
 #include "pipeline/trunk_stream.h"
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "core/checkpoint.h"
 #include "core/trunk_codec.h"
@@ -24,7 +23,7 @@ using ::k3::testing::TempDir;
 class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
  protected:
   // A bf16-e3 pack in blocks of 16 KiB, and a streamer of the `ultra` plan with a ring of
-  // `slots` pieces of 64 KiB.
+  // `slots` pieces of 32 KiB (two blocks).
   void Open(int slots) {
     auto ckpt = Checkpoint::Open(ModelDir());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -36,7 +35,7 @@ class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
     ASSERT_TRUE(pack.ok()) << pack.status();
     pack_ = *std::move(pack);
     auto plan = PlanMemory(
-        MeasureFootprint(*ckpt_, 64, 4, {.piece_bytes = 64 << 10, .slots = slots, .pack = &*pack_}),
+        MeasureFootprint(*ckpt_, 64, 4, {.piece_bytes = 32 << 10, .slots = slots, .pack = &*pack_}),
         {.preset = "ultra"}, 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_EQ(plan->ring_slots, slots);
@@ -87,62 +86,77 @@ class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
   std::unique_ptr<TrunkStreamer> streamer_;
 };
 
-// With two ring slots and piece 0 in use, pieces decoded ahead move to the decode-ahead buffers
-// and the ring reads on: pieces 0-3 are read (two of them decoded ahead). A ring that kept
-// decoded pieces in their slots would stop at pieces 0 and 1.
-TEST_F(TrunkStreamTest, APieceDecodedAheadLeavesItsRingSlotForTheNextRead) {
+// One pass in the order of use, as the forward pass takes the pieces: a matrix of one piece
+// decoded whole (as MLA's kv_b is), every other piece as a product takes it. Every piece holds
+// its matrix's rows; a compressed piece asked for as stored comes as its blocks, each decoded
+// once; its blocks are not to be had once it is released (and asking fails the step).
+TEST_F(TrunkStreamTest, EveryPieceHoldsItsRowsAsBlocksForAProductOrDecodedWhole) {
   ASSERT_NO_FATAL_FAILURE(Open(2));
   ASSERT_GE(streamer_->pieces(), 6);
-  auto first = streamer_->AcquirePiece(0, PieceForm::kDecoded);
-  ASSERT_TRUE(first.ok()) << first.status();
-  // The decoder runs on a thread of its own; wait for it (only a hang fails this, not a slow
-  // machine: the count cannot pass 4 while piece 0 is in use).
-  const uint64_t expected = 2 + kDecodeAheadBuffers;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (reads_->stats().completed < expected && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(reads_->stats().completed, expected);
   std::vector<const TensorInfo*> tensor_of(streamer_->pieces(), nullptr);
+  std::vector<int64_t> pieces_of(streamer_->pieces(), 0);
   for (const TensorInfo& listed : ckpt_->tensors()) {
     const TensorInfo* t = ckpt_->Find(listed.name);  // the streamer knows tensors by address
     const Matrix m = streamer_->Handle(*t);
-    for (int64_t i = 0; i < m.pieces; ++i) tensor_of[m.first_piece + i] = t;
+    for (int64_t i = 0; i < m.pieces; ++i) {
+      tensor_of[m.first_piece + i] = t;
+      pieces_of[m.first_piece + i] = m.pieces;
+    }
   }
-  // Pieces 0-3 held at once, 2 and 3 as a product takes them. Pieces 0 and 1 hold both
-  // decode-ahead buffers (or 1 and 2 do, when piece 0 was acquired before it was decoded), so at
-  // least one of 2 and 3 is still compressed and comes as its blocks.
-  std::vector<RowPiece> held = {*first};
-  int compressed = 0;
-  for (int64_t i = 1; i < 4; ++i) {
-    const PieceForm form = i < 2 ? PieceForm::kDecoded : PieceForm::kStoredIfCompressed;
-    auto piece = streamer_->AcquirePiece(i, form);
-    ASSERT_TRUE(piece.ok()) << "piece " << i << ": " << piece.status();
-    EXPECT_TRUE(!piece->compressed() || form == PieceForm::kStoredIfCompressed) << "piece " << i;
-    compressed += piece->compressed();
-    held.push_back(*piece);
-  }
-  EXPECT_GE(compressed, 1);
-  // Every piece, in the order of use, holds its matrix's rows: decoded ahead, on use, or as its
-  // blocks; a piece's blocks are not to be had once it is released (and asking fails the step).
+  uint64_t fused = 0, whole = 0;
   for (int64_t i = 0; i < streamer_->pieces(); ++i) {
     ASSERT_NE(tensor_of[i], nullptr) << "piece " << i;
-    if (i >= 4) {
-      auto piece = streamer_->AcquirePiece(
-          i, i % 2 == 1 ? PieceForm::kStoredIfCompressed : PieceForm::kDecoded);
-      ASSERT_TRUE(piece.ok()) << "piece " << i << ": " << piece.status();
-      held.push_back(*piece);
-    }
-    ASSERT_NO_FATAL_FAILURE(ExpectCheckpointRows(i, held[i], *tensor_of[i]));
+    const bool compressed = pack_->Find(tensor_of[i]->name)->compressed();
+    const PieceForm form = pieces_of[i] == 1 ? PieceForm::kDecoded : PieceForm::kStoredIfCompressed;
+    auto piece = streamer_->AcquirePiece(i, form);
+    ASSERT_TRUE(piece.ok()) << "piece " << i << ": " << piece.status();
+    EXPECT_EQ(piece->compressed(), compressed && form == PieceForm::kStoredIfCompressed)
+        << "piece " << i;
+    fused += piece->compressed();
+    whole += compressed && form == PieceForm::kDecoded;
+    ASSERT_NO_FATAL_FAILURE(ExpectCheckpointRows(i, *piece, *tensor_of[i]));
     streamer_->ReleasePiece(i);
-    std::vector<uint8_t> out(held[i].rows.rows * held[i].rows.cols * 2);
+    std::vector<uint8_t> out(piece->rows.rows * piece->rows.cols * 2);
     EXPECT_EQ(streamer_->DecodeBlock(i, 0, out).code(), absl::StatusCode::kInternal);
     EXPECT_EQ(streamer_->TakeError().code(), absl::StatusCode::kInternal);
   }
+  EXPECT_GT(fused, 0u);
+  EXPECT_GT(whole, 0u);
   StepMetrics m;
   streamer_->TakeMetrics(m);
+  EXPECT_EQ(m.trunk_pieces_decoded_fused, fused);
+  EXPECT_EQ(m.trunk_pieces_decoded_whole, whole);
+  EXPECT_GT(m.trunk_decode_seconds, 0);
   EXPECT_EQ(m.trunk_pieces_out_of_order, 0u);
   EXPECT_EQ(streamer_->out_of_order(), 0);
+}
+
+// The decode buffers hold the largest matrix of one piece, not a piece of a larger matrix: a
+// compressed piece of a matrix in several pieces asked for whole is refused, and the step fails;
+// the ring goes on.
+TEST_F(TrunkStreamTest, APieceOfALargerMatrixAskedForWholeIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Open(2));
+  int64_t first = -1, pieces = 0;
+  for (const TensorInfo& listed : ckpt_->tensors()) {
+    const TensorInfo* t = ckpt_->Find(listed.name);
+    const Matrix m = streamer_->Handle(*t);
+    const PackedTensor* packed = pack_->Find(t->name);
+    if (m.pieces > pieces && packed != nullptr && packed->compressed()) {
+      first = m.first_piece, pieces = m.pieces;
+    }
+  }
+  ASSERT_GT(pieces, 1);
+  for (int64_t i = 0; i < first; ++i) {
+    ASSERT_TRUE(streamer_->AcquirePiece(i, PieceForm::kStoredIfCompressed).ok()) << i;
+    streamer_->ReleasePiece(i);
+  }
+  auto piece = streamer_->AcquirePiece(first, PieceForm::kDecoded);
+  EXPECT_EQ(piece.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(streamer_->TakeError().code(), absl::StatusCode::kInternal);
+  auto next = streamer_->AcquirePiece(first + 1, PieceForm::kStoredIfCompressed);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->compressed());
+  streamer_->ReleasePiece(first + 1);
 }
 
 }  // namespace
