@@ -74,6 +74,13 @@ std::vector<std::pair<size_t, size_t>> BlockPieces(const PackedTensor& t, uint64
   return pieces;
 }
 
+std::vector<size_t> BlockRowBegin(const PackedTensor& t, std::pair<size_t, size_t> piece) {
+  std::vector<size_t> begin = {0};
+  for (size_t b = piece.first; b < piece.second; ++b)
+    begin.push_back(begin.back() + t.blocks[b].rows);
+  return begin;
+}
+
 uint64_t PieceStoredBytes(const PackedTensor& t, std::pair<size_t, size_t> piece) {
   const PackedBlock& last = t.blocks[piece.second - 1];
   return last.offset + last.length - t.blocks[piece.first].offset;

@@ -38,6 +38,9 @@ std::vector<std::pair<size_t, size_t>> BlockPieces(const PackedTensor& t, uint64
                                                    bool whole);
 // A piece's stored span: from its first block's offset to its last block's end.
 uint64_t PieceStoredBytes(const PackedTensor& t, std::pair<size_t, size_t> piece);
+// Where each block of a piece starts among the piece's rows, and the piece's rows at the end:
+// blocks + 1 offsets (RowPiece::block_row_begin).
+std::vector<size_t> BlockRowBegin(const PackedTensor& t, std::pair<size_t, size_t> piece);
 
 // Zero bytes up to `offset` of the file.
 absl::Status PadTo(io::SequentialWriter& w, uint64_t offset);

@@ -7,42 +7,45 @@
 
 namespace k3 {
 
+uint64_t HeldTrunk::MemoryFor(const PackedTensor& packed) {
+  return io::BufferBytesFor(packed.blocks[0].offset,
+                            PieceStoredBytes(packed, {0, packed.blocks.size()}));
+}
+
 absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
     const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadEngine& engine,
-    io::FileId pack_file, const std::function<void(uint64_t)>& progress) {
+    io::FileId pack_file, const std::function<void(uint64_t, uint64_t)>& progress) {
   std::unique_ptr<HeldTrunk> h(new HeldTrunk());
   h->pack_path_ = pack.pack_path();
-  uint64_t total = 0;
+  uint64_t memory = 0, total = 0;
   for (const TensorInfo* t : tensors) {
     const PackedTensor* packed = pack.Find(t->name);
     if (packed == nullptr || !packed->compressed()) {
       return absl::InternalError(
           absl::StrCat("held trunk: ", t->name, " is not compressed in ", h->pack_path_));
     }
-    Held held{.tensor = t, .packed = packed};
-    held.block_row_begin.push_back(0);
-    for (const PackedBlock& b : packed->blocks) {
-      held.block_row_begin.push_back(held.block_row_begin.back() + b.rows);
-    }
+    const std::pair<size_t, size_t> all = {0, packed->blocks.size()};
     h->index_[t] = static_cast<int64_t>(h->held_.size());
-    h->held_.push_back(std::move(held));
-    total += io::BufferBytesFor(packed->blocks[0].offset,
-                                PieceStoredBytes(*packed, {0, packed->blocks.size()}));
+    h->held_.push_back({.tensor = t,
+                        .packed = packed,
+                        .offset = packed->blocks[0].offset,
+                        .length = PieceStoredBytes(*packed, all),
+                        .block_row_begin = BlockRowBegin(*packed, all)});
+    memory += MemoryFor(*packed);
+    total += h->held_.back().length;
   }
-  if (total == 0) return h;
-  auto arena = io::BufferArena::Create(total);
+  if (memory == 0) return h;
+  auto arena = io::BufferArena::Create(memory);
   if (!arena.ok()) return arena.status();
   h->arena_ = *std::move(arena);
   // Every read at once (the engine keeps the queue depth), then each waited for in turn.
   std::vector<io::ReadId> reads;
   uint64_t at = 0;
   for (const Held& held : h->held_) {
-    const uint64_t offset = held.packed->blocks[0].offset;
-    const uint64_t length = PieceStoredBytes(*held.packed, {0, held.packed->blocks.size()});
-    const uint64_t need = io::BufferBytesFor(offset, length);
+    const uint64_t need = MemoryFor(*held.packed);
     auto id = engine.Submit({.file = pack_file,
-                             .offset = offset,
-                             .length = length,
+                             .offset = held.offset,
+                             .length = held.length,
                              .buffer = h->arena_->Slice(at, need),
                              .priority = io::Priority::kDemand});
     if (!id.ok()) return id.status();
@@ -50,6 +53,7 @@ absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
     at += need;
   }
   absl::Status status;
+  uint64_t done = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
     io::ReadResult r = engine.Wait(reads[i]);
     if (!r.status.ok()) {
@@ -57,7 +61,7 @@ absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
       continue;
     }
     h->held_[i].stored = r.data;
-    if (progress) progress(r.data.size());
+    if (progress) progress(done += r.data.size(), total);
   }
   if (!status.ok()) return status;
   return h;
@@ -109,9 +113,8 @@ absl::Status HeldTrunk::DecodeBlock(int64_t index, size_t block, std::span<uint8
   const Held& h = held_[index];
   const PackedBlock& b = h.packed->blocks[block];
   const uint64_t cols = static_cast<uint64_t>(h.tensor->elements() / h.tensor->shape[0]);
-  absl::Status s = k3::DecodeBlock(
-      *h.packed, b, h.stored.subspan(b.offset - h.packed->blocks[0].offset, b.length),
-      out.first(b.rows * cols * 2), pack_path_);
+  absl::Status s = k3::DecodeBlock(*h.packed, b, h.stored.subspan(b.offset - h.offset, b.length),
+                                   out.first(b.rows * cols * 2), pack_path_);
   std::lock_guard<std::mutex> lock(mu_);
   decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!s.ok() && error_.ok()) error_ = s;

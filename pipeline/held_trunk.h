@@ -31,15 +31,16 @@ namespace k3 {
 class HeldTrunk : public PieceSource {
  public:
   // Reads the stored blocks of `tensors` (each compressed in `pack`) from the pack file into
-  // memory, one O_DIRECT read per tensor; `progress(bytes)` after each.
+  // memory, one O_DIRECT read per tensor; `progress(done, total)` in bytes after each.
   static absl::StatusOr<std::unique_ptr<HeldTrunk>> Load(
       const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadEngine& engine,
-      io::FileId pack_file, const std::function<void(uint64_t)>& progress);
+      io::FileId pack_file, const std::function<void(uint64_t, uint64_t)>& progress);
+  // The memory holding a compressed matrix takes (the memory plan counts it so).
+  static uint64_t MemoryFor(const PackedTensor& packed);
 
   bool Holds(const TensorInfo& tensor) const { return index_.contains(&tensor); }
   // The handle of a held matrix: one piece, all of its blocks.
   Matrix Handle(const TensorInfo& tensor);
-  uint64_t bytes() const { return arena_ != nullptr ? arena_->size() : 0; }
 
   absl::StatusOr<RowPiece> AcquirePiece(int64_t index, PieceForm form) override;
   absl::Status DecodeBlock(int64_t index, size_t block, std::span<uint8_t> out) override;
@@ -53,7 +54,8 @@ class HeldTrunk : public PieceSource {
   struct Held {
     const TensorInfo* tensor = nullptr;
     const PackedTensor* packed = nullptr;
-    std::span<const uint8_t> stored = {};  // from the first block's offset
+    uint64_t offset = 0, length = 0;       // the blocks' span in the pack file
+    std::span<const uint8_t> stored = {};  // those bytes, once read
     std::vector<size_t> block_row_begin = {};
   };
   HeldTrunk() = default;

@@ -13,6 +13,7 @@
 #include "core/tensor_names.h"
 #include "core/trunk_codec.h"
 #include "io/aligned_buffer.h"
+#include "pipeline/held_trunk.h"
 
 namespace k3 {
 namespace {
@@ -42,9 +43,15 @@ uint64_t ResidentBytes(const TensorInfo& t, TensorRole role) {
 
 std::string Gb(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
 
-// What holding a compressed matrix takes: its blocks as one aligned read (HeldTrunk::Load).
-uint64_t HeldBytes(const PackedTensor& p) {
-  return io::BufferBytesFor(p.blocks[0].offset, PieceStoredBytes(p, {0, p.blocks.size()}));
+// The matrices the forward pass uses row by row (LayerMatrixOrder's `whole`).
+absl::flat_hash_set<std::string> WholeMatrixNames(const Checkpoint& ckpt) {
+  absl::flat_hash_set<std::string> whole;
+  for (int64_t l = 0; l < ckpt.config().num_layers; ++l) {
+    for (const OrderedMatrix& m : LayerMatrixOrder(ckpt.config(), ckpt.names(), l)) {
+      if (m.whole) whole.insert(m.name);
+    }
+  }
+  return whole;
 }
 
 uint64_t MinimumCache(const ModelFootprint& f) {
@@ -167,14 +174,8 @@ std::vector<const TensorInfo*> HeldCompressedTensors(const Checkpoint& ckpt, con
                                                      const MemoryPlan& plan) {
   std::vector<const TensorInfo*> out;
   if (!plan.pinned_compressed || pack == nullptr) return out;
-  const ModelConfig& c = ckpt.config();
-  absl::flat_hash_set<std::string> whole;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
-      if (m.whole) whole.insert(m.name);
-    }
-  }
-  for (const TensorSpec& spec : TrunkTensorSpecs(c, ckpt.names())) {
+  const absl::flat_hash_set<std::string> whole = WholeMatrixNames(ckpt);
+  for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
     const TensorInfo* t = ckpt.Find(spec.name);
     if (t == nullptr || spec.layer < 0 || !plan.pinned[spec.layer]) continue;
     if (HeldCompressed(spec, pack->Find(spec.name), whole.contains(spec.name))) out.push_back(t);
@@ -196,12 +197,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   f.router_bytes.assign(c.num_layers, 0);
   f.layer_read_bytes.assign(c.num_layers, 0);
   f.router_read_bytes.assign(c.num_layers, 0);
-  absl::flat_hash_set<std::string> whole;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    for (const OrderedMatrix& m : LayerMatrixOrder(c, ckpt.names(), l)) {
-      if (m.whole) whole.insert(m.name);
-    }
-  }
+  const absl::flat_hash_set<std::string> whole = WholeMatrixNames(ckpt);
   // The pieces: the default size, or less when no matrix is that large.
   std::vector<std::pair<const TensorInfo*, bool>> matrices;  // streamable, whole
   uint64_t largest_matrix = 0;
@@ -228,7 +224,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
         f.layer_bytes[spec.layer] += bytes;
         f.layer_read_bytes[spec.layer] += read;
         const bool is_held = HeldCompressed(spec, packed, whole.contains(spec.name));
-        held[spec.layer] += is_held ? HeldBytes(*packed) : bytes;
+        held[spec.layer] += is_held ? HeldTrunk::MemoryFor(*packed) : bytes;
         any_held |= is_held;
       }
       matrices.emplace_back(t, whole.contains(spec.name));
@@ -251,9 +247,9 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     for (const auto& piece : pieces) {
       uint64_t rows = 0;
       for (size_t b = piece.first; b < piece.second; ++b) {
-        rows += packed->blocks[b].rows;
         // The scratch of CompressedPieceMatMul: a block's rows, and their products for a chunk.
         const uint64_t block_rows = packed->blocks[b].rows;
+        rows += block_rows;
         scratch = std::max(scratch, block_rows * row_bytes +
                                         block_rows * 4 * static_cast<uint64_t>(prefill_chunk));
       }
@@ -396,7 +392,9 @@ std::string MemoryPlan::Describe() const {
        routers_resident ? "(resident: lookahead on)" : "(with their layers: no lookahead there)");
   line("trunk pinned", Gb(pinned_trunk_bytes),
        absl::StrFormat("(%d of %d layers%s)", pinned.size() - streamed_layers(), pinned.size(),
-                       pinned_compressed ? ", held compressed" : ""));
+                       pinned_compressed && streamed_layers() < static_cast<int64_t>(pinned.size())
+                           ? ", held compressed"
+                           : ""));
   line(
       "trunk ring", Gb(ring_bytes()),
       ring_slots == 0 ? std::string("(nothing streams)")

@@ -179,14 +179,17 @@ class StreamingEngine : public Engine {
 
 absl::Status StreamingEngine::LoadPinnedTrunk() {
   std::optional<ProgressBar> bar;
+  // One bar per part loaded, created on the first figures (so it knows the total).
+  auto progress = [&](const char* label) {
+    return [&bar, label, this](uint64_t done, uint64_t total) {
+      if (!bar) bar.emplace(label, total, "B", options_.show_progress && total > (256u << 20));
+      bar->Update(done);
+    };
+  };
   if (auto held = HeldCompressedTensors(*ckpt_, pack_.get(), plan_); !held.empty()) {
-    uint64_t total = 0, done = 0;
-    for (const TensorInfo* t : held) total += pack_->Find(t->name)->stored;
-    ProgressBar held_bar("loading compressed trunk", total, "B",
-                         options_.show_progress && total > (256u << 20));
-    auto loaded = HeldTrunk::Load(*pack_, held, *reads_, pack_file_,
-                                  [&](uint64_t bytes) { held_bar.Update(done += bytes); });
-    held_bar.Finish();
+    auto loaded =
+        HeldTrunk::Load(*pack_, held, *reads_, pack_file_, progress("loading compressed trunk"));
+    bar.reset();  // finishes it
     if (!loaded.ok()) return loaded.status();
     held_ = *std::move(loaded);
     streamer_->ReportErrorsOf(held_.get());
@@ -196,16 +199,8 @@ absl::Status StreamingEngine::LoadPinnedTrunk() {
   residency.stream = [this](const TensorInfo& t) {
     return held_ != nullptr && held_->Holds(t) ? held_->Handle(t) : streamer_->Handle(t);
   };
-  auto trunk = LoadTrunkWeights(
-      *ckpt_,
-      [&](uint64_t done, uint64_t total) {
-        if (!bar) {
-          bar.emplace("loading trunk", total, "B", options_.show_progress && total > (256u << 20));
-        }
-        bar->Update(done);
-      },
-      residency);
-  if (bar) bar->Finish();
+  auto trunk = LoadTrunkWeights(*ckpt_, progress("loading trunk"), residency);
+  bar.reset();
   if (!trunk.ok()) return trunk.status();
   trunk_ = *std::move(trunk);
   return absl::OkStatus();

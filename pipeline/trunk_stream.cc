@@ -131,10 +131,7 @@ void TrunkStreamer::AddPieces(const TensorInfo& t, bool whole, uint64_t piece_by
   if (packed != nullptr && packed->compressed()) {
     size_t row = 0;
     for (const auto& [first, last] : BlockPieces(*packed, piece_bytes, whole)) {
-      std::vector<size_t> block_row_begin = {0};
-      for (size_t b = first; b < last; ++b) {
-        block_row_begin.push_back(block_row_begin.back() + packed->blocks[b].rows);
-      }
+      std::vector<size_t> block_row_begin = BlockRowBegin(*packed, {first, last});
       const size_t n = block_row_begin.back();
       pieces_.push_back({&t, file, packed->blocks[first].offset,
                          PieceStoredBytes(*packed, {first, last}), row, n, cols, packed, first,
