@@ -8,10 +8,15 @@
 //   Large: one call of 2^24 values (32 MiB out, ~22 MiB in): neither fits in cache.
 //   Cold:  rotates through 512 MiB of copies of the compressed group, so the input comes from
 //          DRAM as after a disk read, into one reused (cache-resident) output group.
+//   BlockCold: the same for one block of a trunk pack (256 x 7168, 3.7 MiB decoded), decoded
+//          alone, and checked (its XXH3, BlockHash) then decoded, as the streamer does each block.
 //   Piece: a trunk ring piece (2048 x 7168, 28 MiB decoded) in 8 blocks of 256 rows, decoded and
 //          multiplied by a vector: all 8 blocks into one buffer, then the product (DecodeThen), or
 //          each block into a reused scratch and multiplied at once (Fused, what a product does
-//          with a compressed piece or a matrix held compressed). Rates are of compressed input.
+//          with a compressed piece or a matrix held compressed); FineFused the same in blocks of 8
+//          rows (112 KiB, in L2: measured no faster than 4 MiB blocks, so the pack keeps 4 MiB);
+//          Raw the product alone over the decoded piece (the raw pack's cost). Rates are of
+//          compressed input.
 //
 // Run: k3_bench_kernels --benchmark_filter=Bf16Codec
 #include <benchmark/benchmark.h>
@@ -26,6 +31,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/trunk_codec.h"
 #include "kernels/bf16.h"
 #include "kernels/bf16_codec.h"
 
@@ -122,17 +128,15 @@ BENCHMARK(BM_Bf16CodecDecodeScalarHot)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Bf16CodecDecodeLarge)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Bf16CodecDecodeScalarLarge)->Unit(benchmark::kMillisecond);
 
-void DecodeColdBench(benchmark::State& state, DecodeFn decode) {
-  const Encoded& e = Group();
+void DecodeColdBench(benchmark::State& state, DecodeFn decode, const Encoded& e = Group()) {
   // Page-aligned copies, each read once per pass over the pool.
   const size_t stride = (e.bytes.size + 4095) / 4096 * 4096;
   const size_t copies = kColdPoolBytes / stride;
-  static const PageArray<uint8_t>* pool = [&] {
-    auto* p = new PageArray<uint8_t>(copies * stride);
-    for (size_t c = 0; c < copies; ++c)
-      std::memcpy(p->data.get() + c * stride, e.bytes.data.get(), e.bytes.size);
-    return p;
-  }();
+  const PageArray<uint8_t> pool_copies(copies * stride);
+  for (size_t c = 0; c < copies; ++c) {
+    std::memcpy(pool_copies.data.get() + c * stride, e.bytes.data.get(), e.bytes.size);
+  }
+  const PageArray<uint8_t>* pool = &pool_copies;
   PageArray<uint16_t> out(e.values.size());
   size_t next = 0;
   for (auto _ : state) {
@@ -145,6 +149,24 @@ void DecodeColdBench(benchmark::State& state, DecodeFn decode) {
   SetRates(state, e.bytes.size, e.values.size());
 }
 void BM_Bf16CodecDecodeCold(benchmark::State& s) { DecodeColdBench(s, kernels::Bf16Decode); }
+// What the trunk streamer does with each block of a compressed pack: check the block's XXH3
+// (BlockHash), then decode. Against DecodeCold, the cost of the check.
+bool CheckThenDecode(std::span<const uint8_t> in, std::span<uint16_t> out) {
+  benchmark::DoNotOptimize(BlockHash(in));
+  return kernels::Bf16Decode(in, out);
+}
+const Encoded& TrunkBlock() {
+  static const Encoded* e = new Encoded(256 * 7168);
+  return *e;
+}
+void BM_Bf16CodecCheckThenDecodeBlockCold(benchmark::State& s) {
+  DecodeColdBench(s, CheckThenDecode, TrunkBlock());
+}
+void BM_Bf16CodecDecodeBlockCold(benchmark::State& s) {
+  DecodeColdBench(s, kernels::Bf16Decode, TrunkBlock());
+}
+BENCHMARK(BM_Bf16CodecDecodeBlockCold)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Bf16CodecCheckThenDecodeBlockCold)->Unit(benchmark::kMicrosecond);
 void BM_Bf16CodecDecodeScalarCold(benchmark::State& s) {
   DecodeColdBench(s, kernels::Bf16DecodeScalar);
 }
@@ -165,15 +187,15 @@ void BM_Bf16CodecEncode(benchmark::State& state) {
 }
 BENCHMARK(BM_Bf16CodecEncode)->Unit(benchmark::kMicrosecond);
 
-constexpr size_t kPieceRows = 2048, kPieceCols = 7168, kPieceBlocks = 8;
-constexpr size_t kBlockValues = kPieceRows / kPieceBlocks * kPieceCols;
+constexpr size_t kPieceRows = 2048, kPieceCols = 7168;
 
+// The piece encoded in `blocks` blocks of kPieceRows / blocks rows each.
 struct EncodedPiece {
-  EncodedPiece() {
+  explicit EncodedPiece(size_t blocks) : block_rows(kPieceRows / blocks) {
     const std::vector<uint16_t> v = GaussianBf16(kPieceRows * kPieceCols);
-    for (size_t b = 0; b < kPieceBlocks; ++b) {
-      blocks.emplace_back(
-          std::vector<uint16_t>(v.begin() + b * kBlockValues, v.begin() + (b + 1) * kBlockValues));
+    const size_t n = block_rows * kPieceCols;
+    for (size_t b = 0; b < blocks; ++b) {
+      coded.emplace_back(std::vector<uint16_t>(v.begin() + b * n, v.begin() + (b + 1) * n));
     }
   }
   struct Block {
@@ -184,34 +206,40 @@ struct EncodedPiece {
     std::vector<uint16_t> values;
     PageArray<uint8_t> bytes;
   };
-  std::vector<Block> blocks;
+  size_t block_rows;
+  std::vector<Block> coded;
   size_t in_bytes() const {
     size_t n = 0;
-    for (const Block& b : blocks) n += b.bytes.size;
+    for (const Block& b : coded) n += b.bytes.size;
     return n;
   }
 };
 
+// As the trunk pack cuts it (blocks of about 4 MiB decoded), and in blocks of 8 rows (112 KiB).
 const EncodedPiece& Piece() {
-  static const EncodedPiece* p = new EncodedPiece();
+  static const EncodedPiece* p = new EncodedPiece(8);
+  return *p;
+}
+const EncodedPiece& FinePiece() {
+  static const EncodedPiece* p = new EncodedPiece(kPieceRows / 8);
   return *p;
 }
 
-void PieceMatVecBench(benchmark::State& state, bool fused) {
-  const EncodedPiece& piece = Piece();
-  const size_t block_rows = kPieceRows / kPieceBlocks;
-  PageArray<uint16_t> decoded(fused ? kBlockValues : kPieceRows * kPieceCols);
+void PieceMatVecBench(benchmark::State& state, const EncodedPiece& piece, bool fused) {
+  const size_t block_values = piece.block_rows * kPieceCols;
+  PageArray<uint16_t> decoded(fused ? block_values : kPieceRows * kPieceCols);
   std::vector<float> x(kPieceCols, 0.5f), y(kPieceRows);
   for (auto _ : state) {
-    for (size_t b = 0; b < kPieceBlocks; ++b) {
+    for (size_t b = 0; b < piece.coded.size(); ++b) {
       const std::span<uint16_t> out =
-          decoded.span().subspan(fused ? 0 : b * kBlockValues, kBlockValues);
-      if (!kernels::Bf16Decode(piece.blocks[b].bytes.span(), out)) {
+          decoded.span().subspan(fused ? 0 : b * block_values, block_values);
+      if (!kernels::Bf16Decode(piece.coded[b].bytes.span(), out)) {
         throw std::runtime_error("decode failed");
       }
       if (fused) {
-        kernels::Bf16MatVec({out, block_rows, kPieceCols}, x,
-                            std::span(y).subspan(b * block_rows, block_rows), 0, block_rows);
+        kernels::Bf16MatVec({out, piece.block_rows, kPieceCols}, x,
+                            std::span(y).subspan(b * piece.block_rows, piece.block_rows), 0,
+                            piece.block_rows);
       }
     }
     if (!fused) kernels::Bf16MatVec({decoded.span(), kPieceRows, kPieceCols}, x, y, 0, kPieceRows);
@@ -220,10 +248,31 @@ void PieceMatVecBench(benchmark::State& state, bool fused) {
   }
   SetRates(state, piece.in_bytes(), kPieceRows * kPieceCols);
 }
-void BM_Bf16CodecPieceDecodeThenMatVec(benchmark::State& s) { PieceMatVecBench(s, false); }
-void BM_Bf16CodecPieceFusedMatVec(benchmark::State& s) { PieceMatVecBench(s, true); }
+void BM_Bf16CodecPieceDecodeThenMatVec(benchmark::State& s) { PieceMatVecBench(s, Piece(), false); }
+void BM_Bf16CodecPieceFusedMatVec(benchmark::State& s) { PieceMatVecBench(s, Piece(), true); }
+void BM_Bf16CodecPieceFineFusedMatVec(benchmark::State& s) {
+  PieceMatVecBench(s, FinePiece(), true);
+}
+// The raw pack's product: the decoded piece multiplied as it is.
+void BM_Bf16CodecPieceRawMatVec(benchmark::State& state) {
+  const EncodedPiece& piece = Piece();
+  PageArray<uint16_t> w(kPieceRows * kPieceCols);
+  for (size_t b = 0; b < piece.coded.size(); ++b) {
+    std::memcpy(w.data.get() + b * piece.coded[b].values.size(), piece.coded[b].values.data(),
+                piece.coded[b].values.size() * 2);
+  }
+  std::vector<float> x(kPieceCols, 0.5f), y(kPieceRows);
+  for (auto _ : state) {
+    kernels::Bf16MatVec({w.span(), kPieceRows, kPieceCols}, x, y, 0, kPieceRows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetRates(state, piece.in_bytes(), kPieceRows * kPieceCols);
+}
 BENCHMARK(BM_Bf16CodecPieceDecodeThenMatVec)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Bf16CodecPieceFusedMatVec)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16CodecPieceFineFusedMatVec)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16CodecPieceRawMatVec)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace k3::bench

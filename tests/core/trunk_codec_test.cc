@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,18 @@ TEST(RowsPerBlockTest, WholeRowsInMultiplesOf64AboutTheTarget) {
   EXPECT_EQ(RowsPerBlock(7168, 14336, 4 << 20), 256u);        // 292 rows fit: 4 x 64
   EXPECT_EQ(RowsPerBlock(7168, 67584, 4 << 20), 64u);         // a wide row: at least 64
   EXPECT_EQ(RowsPerBlock(1 << 20, 14336, 4 << 20) % 64, 0u);  // lm_head
+}
+
+// BlockHash takes the library's runtime-dispatched (AVX2/AVX-512) XXH3: it must be the plain
+// XXH3-64 that packs were written with, at every length class (short, mid, the vector loop).
+TEST(BlockHashTest, IsXxh3As64BitsOfTheStoredBytes) {
+  EXPECT_EQ(BlockHash({}), 0x2D06800538D394C2ull);  // XXH3-64 of no bytes, the published vector
+  std::vector<uint8_t> bytes(3 << 20);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  for (size_t n : {size_t{1}, size_t{17}, size_t{200}, size_t{4096}, bytes.size()}) {
+    EXPECT_EQ(BlockHash({bytes.data(), n}), XXH3_64bits(bytes.data(), n)) << n << " bytes";
+  }
 }
 
 TEST_F(TrunkCodecTest, BF16MatricesButTheEmbeddingAreCompressedAndVerify) {
