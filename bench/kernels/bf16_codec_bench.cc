@@ -24,6 +24,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <random>
@@ -128,15 +129,26 @@ BENCHMARK(BM_Bf16CodecDecodeScalarHot)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Bf16CodecDecodeLarge)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Bf16CodecDecodeScalarLarge)->Unit(benchmark::kMillisecond);
 
+// kColdPoolBytes of page-aligned copies of e's bytes, `stride` apart; made once per encoding
+// (the benchmark function runs several times).
+const PageArray<uint8_t>& ColdPool(const Encoded& e, size_t stride) {
+  static std::map<const Encoded*, std::unique_ptr<PageArray<uint8_t>>> pools;
+  std::unique_ptr<PageArray<uint8_t>>& pool = pools[&e];
+  if (pool == nullptr) {
+    const size_t copies = kColdPoolBytes / stride;
+    pool = std::make_unique<PageArray<uint8_t>>(copies * stride);
+    for (size_t c = 0; c < copies; ++c) {
+      std::memcpy(pool->data.get() + c * stride, e.bytes.data.get(), e.bytes.size);
+    }
+  }
+  return *pool;
+}
+
 void DecodeColdBench(benchmark::State& state, DecodeFn decode, const Encoded& e = Group()) {
   // Page-aligned copies, each read once per pass over the pool.
   const size_t stride = (e.bytes.size + 4095) / 4096 * 4096;
   const size_t copies = kColdPoolBytes / stride;
-  const PageArray<uint8_t> pool_copies(copies * stride);
-  for (size_t c = 0; c < copies; ++c) {
-    std::memcpy(pool_copies.data.get() + c * stride, e.bytes.data.get(), e.bytes.size);
-  }
-  const PageArray<uint8_t>* pool = &pool_copies;
+  const PageArray<uint8_t>* pool = &ColdPool(e, stride);
   PageArray<uint16_t> out(e.values.size());
   size_t next = 0;
   for (auto _ : state) {
@@ -191,22 +203,21 @@ constexpr size_t kPieceRows = 2048, kPieceCols = 7168;
 
 // The piece encoded in `blocks` blocks of kPieceRows / blocks rows each.
 struct EncodedPiece {
-  explicit EncodedPiece(size_t blocks) : block_rows(kPieceRows / blocks) {
-    const std::vector<uint16_t> v = GaussianBf16(kPieceRows * kPieceCols);
+  explicit EncodedPiece(size_t blocks)
+      : block_rows(kPieceRows / blocks), values(GaussianBf16(kPieceRows * kPieceCols)) {
     const size_t n = block_rows * kPieceCols;
     for (size_t b = 0; b < blocks; ++b) {
-      coded.emplace_back(std::vector<uint16_t>(v.begin() + b * n, v.begin() + (b + 1) * n));
+      coded.emplace_back(std::span<const uint16_t>(values).subspan(b * n, n));
     }
   }
   struct Block {
-    explicit Block(std::vector<uint16_t> v)
-        : values(std::move(v)), bytes(kernels::Bf16EncodedBound(values.size())) {
-      bytes.size = kernels::Bf16Encode(values, bytes.span());
+    explicit Block(std::span<const uint16_t> v) : bytes(kernels::Bf16EncodedBound(v.size())) {
+      bytes.size = kernels::Bf16Encode(v, bytes.span());
     }
-    std::vector<uint16_t> values;
     PageArray<uint8_t> bytes;
   };
   size_t block_rows;
+  std::vector<uint16_t> values;  // the whole piece, decoded
   std::vector<Block> coded;
   size_t in_bytes() const {
     size_t n = 0;
@@ -256,11 +267,8 @@ void BM_Bf16CodecPieceFineFusedMatVec(benchmark::State& s) {
 // The raw pack's product: the decoded piece multiplied as it is.
 void BM_Bf16CodecPieceRawMatVec(benchmark::State& state) {
   const EncodedPiece& piece = Piece();
-  PageArray<uint16_t> w(kPieceRows * kPieceCols);
-  for (size_t b = 0; b < piece.coded.size(); ++b) {
-    std::memcpy(w.data.get() + b * piece.coded[b].values.size(), piece.coded[b].values.data(),
-                piece.coded[b].values.size() * 2);
-  }
+  PageArray<uint16_t> w(piece.values.size());
+  std::memcpy(w.data.get(), piece.values.data(), piece.values.size() * sizeof(uint16_t));
   std::vector<float> x(kPieceCols, 0.5f), y(kPieceRows);
   for (auto _ : state) {
     kernels::Bf16MatVec({w.span(), kPieceRows, kPieceCols}, x, y, 0, kPieceRows);
