@@ -106,6 +106,7 @@ nlohmann::json DecodeRowJson(const DecodeRow& r) {
                            {"bytes", run.floor.bytes},
                            {"reads", run.floor.reads},
                            {"concurrency", run.floor.concurrency}}},
+                         {"ids", run.ids},
                          {"decode", run.decode.ToJson()}});
   }
   return j;

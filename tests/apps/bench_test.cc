@@ -114,6 +114,9 @@ TEST_F(BenchTest, SweepPrintsTableAndWritesCsvJsonAndPlot) {
     EXPECT_GT(row["raw_gbps"].get<double>(), 0);
     EXPECT_EQ(row["runs"].size(), 1u);
     EXPECT_EQ(row["runs"][0]["decode"]["tokens"], 3);
+    // Every setting decodes the same greedy tokens.
+    EXPECT_EQ(row["runs"][0]["ids"], json["results"][0]["runs"][0]["ids"]);
+    EXPECT_EQ(row["runs"][0]["ids"].size(), 3u);
     combinations.insert({row["queue_depth"].get<int>(), row["prefetch_distance"].get<int>()});
   }
   EXPECT_EQ(combinations, (std::set<std::pair<int, int>>{{1, 0}, {1, 2}, {4, 0}, {4, 2}}));
