@@ -9,8 +9,8 @@
 // takes the blocks and decodes each into a per-thread scratch as it multiplies it (DecodeBlock),
 // so the decoded rows never pass through memory; a row-by-row user has the piece decoded whole
 // into a decode buffer. (A decoder thread that decoded pieces ahead of use was measured against
-// this: no faster where the disk is the limit, 1.2-1.35x slower where the cores are, since it
-// writes and reads back every decoded byte and takes a core from the products; see
+// this: no faster where the disk is the limit, 1.2-1.35x slower on a fast host-cached disk, since
+// it writes and reads back every decoded byte and takes a core from the products; see
 // docs/PERFORMANCE.md.) When the embedding is not resident, the rows a token needs are read on
 // demand.
 #pragma once
