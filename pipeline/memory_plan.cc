@@ -395,15 +395,17 @@ std::string MemoryPlan::Describe() const {
                        pinned_compressed && streamed_layers() < static_cast<int64_t>(pinned.size())
                            ? ", held compressed"
                            : ""));
-  line(
-      "trunk ring", Gb(ring_bytes()),
-      ring_slots == 0 ? std::string("(nothing streams)")
-      : ring_decode_bytes == 0
-          ? absl::StrFormat("(%d slots for pieces of %s, %d layers streamed)", ring_slots,
-                            Gb(piece_bytes), streamed_layers())
-          : absl::StrFormat("(%d slots for compressed pieces of %s, %s to decode into, %d "
-                            "layers streamed)",
-                            ring_slots, Gb(piece_bytes), Gb(ring_decode_bytes), streamed_layers()));
+  std::string ring = "(nothing streams)";
+  if (ring_slots > 0 && ring_decode_bytes == 0) {
+    ring = absl::StrFormat("(%d slots for pieces of %s, %d layers streamed)", ring_slots,
+                           Gb(piece_bytes), streamed_layers());
+  } else if (ring_slots > 0) {
+    ring = absl::StrFormat(
+        "(%d slots of %s for compressed pieces of up to %s decoded, %s to decode into, %d layers "
+        "streamed)",
+        ring_slots, Gb(ring_slot_bytes), Gb(piece_bytes), Gb(ring_decode_bytes), streamed_layers());
+  }
+  line("trunk ring", Gb(ring_bytes()), ring);
   line("expert cache", Gb(cache_bytes), absl::StrFormat("(%d experts)", cache_slots));
   line("norms and vectors", Gb(vector_bytes), "");
   line("sequence state", Gb(state_bytes),

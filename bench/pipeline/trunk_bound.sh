@@ -11,7 +11,8 @@
 # files at that time. (A virtual disk may serve one file from its host's cache and another from
 # the device: two packs' replays can differ by more than their bytes, docs/PERFORMANCE.md.) As
 # in `k3 bench` (docs/BENCHMARKS.md), a row's floor is its fastest replay and "x floor" is its
-# median s/token over that floor.
+# median s/token over that floor; in brackets, each round's run over its own replay (a shared
+# disk's rate drifts between rounds, so these can sit below or above the row's figure).
 #
 # Usage: bench/pipeline/trunk_bound.sh MODEL_DIR RAW_PACK_DIR CODEC_PACK_DIR "MEMORY FLAGS" ...
 #   env: BUILD (build), REPEAT (3), N (6)
@@ -78,9 +79,11 @@ for i in range(1, settings + 1):
         floor_gbs = max(x["io_floor"]["bytes"] / 1e9 / x["io_floor"]["seconds"]
                         for _, x in runs[p])
         probe = statistics.median(row["raw_gbps"] for row, _ in runs[p])
+        own = ", ".join(f"{run['seconds_per_token'] / per_token(run, run['io_floor']['seconds']):.2f}"
+                        for _, run in runs[p])
         ratio = "1" if p == "raw" else f"{statistics.median(ratios):.2f} ({', '.join(f'{q:.2f}' for q in ratios)})"
         print(f"| `{memory}` | {p} | {spt:.3f} | {ratio} | {trunk + experts:.2f} | {trunk:.2f} | "
-              f"{experts:.2f} | {floor:.3f} | {floor_gbs:.2f} | {spt / floor:.2f} | "
+              f"{experts:.2f} | {floor:.3f} | {floor_gbs:.2f} | {spt / floor:.2f} ({own}) | "
               f"{m(lambda x: per_token(x, x['decode']['trunk_decode_seconds'])):.3f} | "
               f"{m(lambda x: fused(x['decode']['trunk_pieces_decoded'])):.0f}% | "
               f"{m(lambda x: per_token(x, x['decode']['io_wait_seconds'])):.3f} | "

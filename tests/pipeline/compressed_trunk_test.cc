@@ -147,6 +147,10 @@ TEST_F(CompressedTrunkTest, PinnedLayersAreHeldCompressedSoMoreOfTheTrunkFits) {
   EXPECT_TRUE(packed.pinned_compressed);
   EXPECT_FALSE(raw.pinned_compressed);
   EXPECT_THAT(packed.Describe(), HasSubstr("held compressed"));
+  // The ring's slots hold stored bytes, and the plan says so beside the decoded piece size.
+  ASSERT_GT(packed.ring_slots, 0);
+  EXPECT_LT(packed.ring_slot_bytes, raw.ring_slot_bytes);
+  EXPECT_THAT(packed.Describe(), HasSubstr("for compressed pieces of up to"));
   const std::vector<const TensorInfo*> held = HeldCompressedTensors(*ckpt_, pack_.get(), packed);
   ASSERT_FALSE(held.empty());
   for (const TensorInfo* t : held) EXPECT_TRUE(pack_->Find(t->name)->compressed()) << t->name;
