@@ -53,6 +53,10 @@ def load(i, p, r):
     return row, row["runs"][0]
 def per_token(run, value):
     return value / run["decode"]["tokens"]
+def floor_per_token(run):
+    return per_token(run, run["io_floor"]["seconds"])
+def listed(values):
+    return ", ".join(f"{v:.2f}" for v in values)
 def gb_per_token(run, kind):
     d = run["decode"]
     return per_token(run, sum(v for k, v in d["bytes_read"].items() if k.startswith(kind)) / 1e9)
@@ -75,13 +79,12 @@ for i in range(1, settings + 1):
         spt = m(lambda x: x["seconds_per_token"])
         trunk = m(lambda x: gb_per_token(x, "trunk"))
         experts = m(lambda x: gb_per_token(x, "expert"))
-        floor = min(per_token(x, x["io_floor"]["seconds"]) for _, x in runs[p])
+        floor = min(floor_per_token(x) for _, x in runs[p])
         floor_gbs = max(x["io_floor"]["bytes"] / 1e9 / x["io_floor"]["seconds"]
                         for _, x in runs[p])
         probe = statistics.median(row["raw_gbps"] for row, _ in runs[p])
-        own = ", ".join(f"{run['seconds_per_token'] / per_token(run, run['io_floor']['seconds']):.2f}"
-                        for _, run in runs[p])
-        ratio = "1" if p == "raw" else f"{statistics.median(ratios):.2f} ({', '.join(f'{q:.2f}' for q in ratios)})"
+        own = listed(x["seconds_per_token"] / floor_per_token(x) for _, x in runs[p])
+        ratio = "1" if p == "raw" else f"{statistics.median(ratios):.2f} ({listed(ratios)})"
         print(f"| `{memory}` | {p} | {spt:.3f} | {ratio} | {trunk + experts:.2f} | {trunk:.2f} | "
               f"{experts:.2f} | {floor:.3f} | {floor_gbs:.2f} | {spt / floor:.2f} ({own}) | "
               f"{m(lambda x: per_token(x, x['decode']['trunk_decode_seconds'])):.3f} | "
