@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
@@ -27,14 +28,6 @@ const std::map<std::string, std::string>& ShortAliases() {
   return kAliases;
 }
 
-// Flag names are typed with dashes (--n-predict) and registered with underscores (n_predict).
-std::string Registered(std::string_view typed) {
-  return absl::StrReplaceAll(std::string(typed), {{"-", "_"}});
-}
-std::string Typed(std::string_view registered) {
-  return absl::StrReplaceAll(std::string(registered), {{"_", "-"}});
-}
-
 [[noreturn]] void Fail(const Subcommand& sub, std::string_view message) {
   std::fprintf(stderr, "k3 %s: %s (see 'k3 %s --help')\n", std::string(sub.name).c_str(),
                std::string(message).c_str(), std::string(sub.name).c_str());
@@ -42,7 +35,8 @@ std::string Typed(std::string_view registered) {
 }
 
 bool Accepts(const Subcommand& sub, std::string_view typed) {
-  return std::find(sub.flags.begin(), sub.flags.end(), typed) != sub.flags.end();
+  const FlagUse* use = FindFlag(typed);
+  return use != nullptr && (use->commands & sub.id) != 0;
 }
 
 }  // namespace
@@ -75,18 +69,21 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
       if (alias == ShortAliases().end()) Fail(sub, absl::StrCat("unknown flag ", std::string(arg)));
       name = alias->second;
     }
-    name = Typed(name);
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(Registered(name));
+    name = absl::StrReplaceAll(name, {{"_", "-"}});
+    const FlagUse* use = FindFlag(name);
     bool negated = false;
-    if (flag == nullptr && name.rfind("no", 0) == 0) {  // --noquiet, as Abseil spells "false"
-      absl::CommandLineFlag* base = absl::FindCommandLineFlag(Registered(name.substr(2)));
-      if (base != nullptr && base->IsOfType<bool>()) {
-        flag = base;
+    if (use == nullptr && name.rfind("no", 0) == 0) {  // --noquiet, as Abseil spells "false"
+      const FlagUse* base = FindFlag(name.substr(2));
+      if (base != nullptr && base->flag->IsOfType<bool>()) {
+        use = base;
         name = name.substr(2);
         negated = true;
       }
     }
-    if (flag == nullptr) Fail(sub, absl::StrCat("unknown flag --", name));
+    if (use == nullptr) Fail(sub, absl::StrCat("unknown flag --", name));
+    // Abseil's handle is const; the flag it names is ours to set.
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(use->flag->Name());
+    name = TypedName(*flag);
     if (!Accepts(sub, name)) {
       Fail(sub,
            absl::StrCat("flag --", name, " does not apply to 'k3 ", std::string(sub.name), "'"));
@@ -120,16 +117,15 @@ std::vector<std::string> ParseFlags(const Subcommand& sub, int argc, char** argv
 void PrintHelp(const Subcommand& sub) {
   std::printf("usage: k3 %s\n\n%s\n", std::string(sub.synopsis).c_str(),
               std::string(sub.description).c_str());
-  if (sub.flags.empty()) return;
-  std::printf("\nflags:\n");
-  for (std::string_view typed : sub.flags) {
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(Registered(typed));
-    if (flag == nullptr) continue;
-    std::string def = flag->DefaultValue();
-    std::string shown = def.empty() ? "" : absl::StrCat(" (default: ", def, ")");
-    if (flag->IsOfType<bool>()) shown = "";
-    std::printf("  --%-22s %s%s\n", std::string(typed).c_str(), flag->Help().c_str(),
-                shown.c_str());
+  bool first = true;
+  for (const FlagUse& use : FlagTable()) {
+    if ((use.commands & sub.id) == 0) continue;
+    if (std::exchange(first, false)) std::printf("\nflags:\n");
+    const absl::CommandLineFlag& flag = *use.flag;
+    const std::string def = flag.DefaultValue();
+    const std::string shown =
+        def.empty() || flag.IsOfType<bool>() ? "" : absl::StrCat(" (default: ", def, ")");
+    std::printf("  --%-22s %s%s\n", TypedName(flag).c_str(), flag.Help().c_str(), shown.c_str());
   }
 }
 

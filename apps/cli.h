@@ -1,6 +1,6 @@
 // The `k3` command line: subcommands with their own flag sets, on Abseil flags. Every flag is
-// an ABSL_FLAG (one registry, typed values and defaults, help text); a subcommand names the
-// flags it accepts, and anything else is a usage error (exit 2) rather than silently ignored.
+// an ABSL_FLAG in apps/flags.cc, whose table says which commands take it; any other flag is a
+// usage error (exit 2) rather than silently ignored.
 #pragma once
 
 #include <string>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "apps/flags.h"
 
 namespace k3::cli {
 
@@ -19,10 +20,10 @@ inline constexpr int kExitInterrupted = 130;
 
 struct Subcommand {
   std::string_view name;
-  std::string_view summary;             // one line for `k3 --help`
-  std::string_view synopsis;            // the usage line after "k3 "
-  std::string_view description;         // a paragraph for --help
-  std::vector<std::string_view> flags;  // flag names as typed, with dashes
+  std::string_view summary;      // one line for `k3 --help`
+  std::string_view synopsis;     // the usage line after "k3 "
+  std::string_view description;  // a paragraph for --help
+  Command id;                    // its flags are the table's rows that name it
   int (*run)(const std::vector<std::string>& positional);
 };
 

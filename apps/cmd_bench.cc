@@ -17,28 +17,6 @@
 #include "apps/flags.h"
 #include "io/file.h"
 
-ABSL_FLAG(int32_t, tokens, 24,
-          "Greedy decode steps per run of the decode benchmark (at least 2); s/token is their "
-          "median.");
-ABSL_FLAG(std::string, plot, "",
-          "Write an SVG plot: s/token against queue depth, a line per prefetch distance, a panel "
-          "per volume (model directory x storage profile).");
-ABSL_FLAG(bool, raw, false,
-          "Measure only the io layer's read bandwidth: random whole experts, O_DIRECT, at each "
-          "queue depth.");
-ABSL_FLAG(
-    int32_t, reads, 96,
-    "Experts read per raw bandwidth measurement (--raw, and the decode benchmark's raw column): "
-    "each a different expert, chosen at random.");
-ABSL_FLAG(int32_t, chunk_kib, 0,
-          "Split reads into chunks of this many KiB (--raw; 0: the engine's default).");
-ABSL_FLAG(bool, huge_pages, true,
-          "Back the read buffers with huge pages where available (--nohuge-pages: 4 KiB pages, "
-          "like fio's buffers).");
-ABSL_FLAG(bool, fio, true,
-          "With --raw and the direct profile, also run fio (if installed) on the same files, "
-          "block size and queue depth, interleaved with k3's runs (--nofio to skip).");
-
 namespace k3::cli {
 namespace {
 
@@ -70,14 +48,6 @@ int RunBench(const std::vector<std::string>& positional) {
   return bench::RunRaw(*dirs);
 }
 
-std::vector<std::string_view> BenchFlagNames() {
-  std::vector<std::string_view> flags = {"raw",      "tokens",     "reads",  "chunk-kib",
-                                         "fio",      "huge-pages", "seed",   "plot",
-                                         "out-json", "out-csv",    "repeat", "quiet"};
-  for (std::string_view f : EngineFlagNames()) flags.push_back(f);
-  return flags;
-}
-
 }  // namespace
 
 const Subcommand& BenchCommand() {
@@ -87,7 +57,7 @@ const Subcommand& BenchCommand() {
       "bench --model DIR[,DIR...] [--storage-profile P[,P...]] [--queue-depth 1,4,16,32]\n"
       "                [--prefetch-distance 0,2] [--tokens N] [--repeat R] [--ram-gb X | --preset "
       "NAME]\n"
-      "                [--raw] [--reads N] [--out-csv F] [--out-json F] [--plot F.svg]",
+      "                [--raw] [--reads N] [--out-csv F] [--report-json F] [--plot F.svg]",
       "Runs the engine over every combination of volume (model directory x storage profile),\n"
       "queue depth and prefetch distance. Each of --repeat runs is cold: a fresh engine (empty\n"
       "expert cache, O_DIRECT reads), a fixed 16-token prompt from --seed, then --tokens greedy\n"
@@ -97,7 +67,7 @@ const Subcommand& BenchCommand() {
       "time over a replay of the run's own reads, same requests and depth, right after it; 1.0\n"
       "is perfect overlap), stall fraction, cache hit rate and\n"
       "prefetch precision/recall ('-': the engine reported nothing to compute it from).\n"
-      "--out-csv and --out-json write every figure and setting; --plot draws s/token against\n"
+      "--out-csv and --report-json write every figure and setting; --plot draws s/token against\n"
       "queue depth, a line per prefetch distance, a panel per volume. See docs/BENCHMARKS.md.\n\n"
       "--raw reads random whole experts of the checkpoint (O_DIRECT, each expert at most once\n"
       "per run) with the io layer at each queue depth (experts in flight) and storage profile,\n"
@@ -106,7 +76,7 @@ const Subcommand& BenchCommand() {
       "depth when fio is installed, run alternately with k3's runs.\n"
       "Storage profiles: direct (the device), nvme, sata, network, or\n"
       "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset); see docs/STORAGE.md.",
-      BenchFlagNames(),
+      kBench,
       RunBench};
   return kCommand;
 }

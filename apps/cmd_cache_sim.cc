@@ -22,19 +22,6 @@
 #include "pipeline/cache/replay.h"
 #include "pipeline/cache/trace.h"
 
-ABSL_FLAG(std::string, trace, "",
-          "Expert trace to replay: little-endian int32 pairs (layer, expert), in request order.");
-ABSL_FLAG(std::vector<std::string>, capacity_gb, std::vector<std::string>({"8", "16", "32", "64"}),
-          "Cache capacities in GB (1e9 bytes), comma-separated; each holds floor(capacity / "
-          "expert bytes) experts.");
-ABSL_FLAG(std::vector<std::string>, policy,
-          std::vector<std::string>({"lru", "belady", std::string(k3::kDefaultPolicy)}),
-          "Replacement policies, comma-separated: 'all', 'default' or names from "
-          "lru, belady, fifo, mru, lfu, wtinylfu, arc, 2q, s3fifo, lirs, layer-mru, layer-lfu, "
-          "layer-freq, layer-reuse.");
-ABSL_FLAG(int64_t, expert_bytes, static_cast<int64_t>(k3::kKimiK3ExpertBytes),
-          "Bytes of one expert (Kimi K3: 17547264).");
-
 namespace k3::cli {
 namespace {
 
@@ -157,7 +144,7 @@ int RunCacheSim(const std::vector<std::string>& positional) {
     }
   }
   std::fputs(MarkdownTable(*policies, *capacities, rates).c_str(), stdout);
-  const std::string json_path = absl::GetFlag(FLAGS_out_json);
+  const std::string json_path = absl::GetFlag(FLAGS_report_json);
   if (!json_path.empty()) {
     absl::Status s = io::WriteFileAtomically(json_path, ToJson(*policies, *capacities, rates));
     if (!s.ok()) return ReportError(kName, s);
@@ -172,14 +159,14 @@ const Subcommand& CacheSimCommand() {
       kName,
       "replay an expert trace: hit rate per cache policy and capacity",
       "cache-sim --trace FILE [--expert-bytes N] --capacity-gb 8,16,32,64 "
-      "[--policy lru,belady,NAME...] [--out-json FILE]",
+      "[--policy lru,belady,NAME...] [--report-json FILE]",
       "Replays a trace of routed-expert requests (little-endian int32 pairs: layer, expert)\n"
       "through the expert cache under each policy and capacity, and prints a markdown table of\n"
       "hit rates (policy x capacity). A capacity of C GB holds floor(C * 1e9 / expert bytes)\n"
       "experts. belady is the offline optimum (it reads the future from the trace); the\n"
-      "default policy is the engine's (layer-reuse). --out-json writes\n"
+      "default policy is the engine's (layer-reuse). --report-json writes\n"
       "{policy: {capacity_gb: hit_rate}} with hit rates as fractions (0.3624 for 36.24 %).",
-      {"trace", "capacity-gb", "policy", "expert-bytes", "out-json", "quiet"},
+      kCacheSim,
       RunCacheSim};
   return kCommand;
 }

@@ -5,9 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +18,7 @@
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
+#include "apps/generate_options.h"
 #include "apps/run_report.h"
 #include "core/chat_reply.h"
 #include "core/chat_template.h"
@@ -27,21 +26,8 @@
 #include "core/tokenizer/tokenizer.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
+#include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
-
-// Defined with k3 generate (apps/cmd_generate.cc): chat samples the same way.
-ABSL_DECLARE_FLAG(int32_t, n_predict);
-ABSL_DECLARE_FLAG(bool, greedy);
-ABSL_DECLARE_FLAG(double, temp);
-ABSL_DECLARE_FLAG(int32_t, top_k);
-ABSL_DECLARE_FLAG(double, top_p);
-ABSL_DECLARE_FLAG(std::string, tokenizer);
-ABSL_DECLARE_FLAG(std::string, report_json);
-
-ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
-ABSL_FLAG(std::string, history, "",
-          "Save the conversation to this JSON file after every turn; resume it when the file "
-          "exists.");
 
 namespace k3::cli {
 namespace {
@@ -49,22 +35,6 @@ namespace {
 using nlohmann::json;
 
 constexpr char kName[] = "chat";
-
-// Our own SIGINT flag rather than run_report's: a chat survives an interrupted reply, so the
-// flag must be cleared for the next one. A second Ctrl-C before the reply stops kills at once.
-std::atomic<bool> g_stop{false};
-
-void OnSigint(int) {
-  if (g_stop.exchange(true)) std::_Exit(kExitInterrupted);
-}
-
-void InstallChatInterruptHandler() {
-  struct sigaction sa = {};
-  sa.sa_handler = OnSigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a read at the prompt must return EINTR to see Ctrl-C
-  sigaction(SIGINT, &sa, nullptr);
-}
 
 // Reads stdin a line at a time with read(2), because std::getline retries EINTR and so
 // could not notice Ctrl-C at the prompt.
@@ -86,7 +56,7 @@ class LineReader {
         buffer_.clear();
         return Result::kLine;
       }
-      if (g_stop.load()) return Result::kInterrupted;
+      if (Interrupted()) return Result::kInterrupted;
       char chunk[4096];
       const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof(chunk));
       if (n > 0) {
@@ -147,32 +117,15 @@ absl::StatusOr<ChatSettings> ReadSettings() {
   ChatSettings s;
   s.n_predict = absl::GetFlag(FLAGS_n_predict);
   if (s.n_predict < 0) return absl::InvalidArgumentError("--n-predict must be >= 0");
-  s.sampler.temperature = absl::GetFlag(FLAGS_temp);
-  s.sampler.greedy = absl::GetFlag(FLAGS_greedy) || s.sampler.temperature == 0;
-  s.sampler.top_k = absl::GetFlag(FLAGS_top_k);
-  s.sampler.top_p = absl::GetFlag(FLAGS_top_p);
-  s.sampler.seed = absl::GetFlag(FLAGS_seed);
-  if (absl::GetFlag(FLAGS_greedy) && s.sampler.temperature != 0) {
-    return absl::InvalidArgumentError("--greedy and --temp exclude each other");
-  }
-  if (absl::Status st = ValidateSamplerOptions(s.sampler); !st.ok()) return st;
+  auto sampler = ReadSampler();
+  if (!sampler.ok()) return sampler.status();
+  s.sampler = *sampler;
   s.system = absl::GetFlag(FLAGS_system);
   s.history_path = absl::GetFlag(FLAGS_history);
   s.report_path = absl::GetFlag(FLAGS_report_json);
   s.quiet = absl::GetFlag(FLAGS_quiet);
   if (absl::Status st = CheckHistoryPath(s.history_path); !st.ok()) return st;
   return s;
-}
-
-absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& model_dir) {
-  std::string dir = absl::GetFlag(FLAGS_tokenizer);
-  if (dir.empty()) dir = model_dir;
-  if (!io::FileExists(dir + "/tiktoken.model")) {
-    return absl::NotFoundError(absl::StrCat("no tokenizer: ", dir,
-                                            "/tiktoken.model does not exist (chat needs one; "
-                                            "use --tokenizer DIR)"));
-  }
-  return Tokenizer::Load(dir);
 }
 
 // The figures of one turn, for the stats line and --report-json.
@@ -186,14 +139,14 @@ struct TurnResult {
 
 class ChatSession {
  public:
-  ChatSession(Engine& engine, const Tokenizer& tok, const ChatSettings& settings)
-      : engine_(engine), tok_(tok), settings_(settings), state_(engine.NewState()) {
-    for (const char* name : {"[EOS]", "<|end_of_msg|>"}) {
-      if (auto id = tok.SpecialTokenId(name); id && *id < engine.config().vocab_size)
-        stops_.push_back(*id);
-    }
-    end_of_msg_ = tok.SpecialTokenId("<|end_of_msg|>").value_or(-1);
-  }
+  ChatSession(Engine& engine, const Tokenizer& tok, const ChatSettings& settings,
+              std::vector<int32_t> stops)
+      : engine_(engine),
+        tok_(tok),
+        settings_(settings),
+        state_(engine.NewState()),
+        stops_(std::move(stops)),
+        end_of_msg_(tok.SpecialTokenId("<|end_of_msg|>").value_or(-1)) {}
 
   absl::Status CheckTemplate() const;
   absl::Status Resume(const std::string& path);
@@ -207,8 +160,7 @@ class ChatSession {
 
  private:
   absl::StatusOr<std::vector<int32_t>> NewTokens(const std::string& user_text, bool with_system);
-  absl::Status Generate(std::vector<float>& logits, const StepMetrics& prefill, RunReport& report,
-                        TurnResult& result);
+  absl::Status Generate(const std::vector<int32_t>& fed, RunReport& report, TurnResult& result);
   void Close(const TurnResult& result);
   absl::Status LoadHistory(const std::string& path, std::vector<int32_t>& tokens);
 
@@ -252,29 +204,42 @@ absl::StatusOr<std::vector<int32_t>> ChatSession::NewTokens(const std::string& u
   return ids;
 }
 
-absl::Status ChatSession::Generate(std::vector<float>& logits, const StepMetrics& prefill,
-                                   RunReport& report, TurnResult& result) {
-  SamplerOptions options = settings_.sampler;
-  options.seed += static_cast<uint64_t>(turns_);  // a resumed chat samples as an unbroken one
-  Sampler sampler(options);
+// Runs the turn's new tokens and samples the reply through the batch scheduler (a batch of one,
+// resuming the conversation's state), streaming it; the state comes back without the last
+// sampled token, which the next turn runs first.
+absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, RunReport& report,
+                                   TurnResult& result) {
+  BatchRequest request;
+  request.prompt = fed;
+  request.max_tokens = settings_.n_predict;
+  request.sampler = settings_.sampler;
+  request.stop_ids = stops_;
+  request.sampler.seed += static_cast<uint64_t>(turns_);  // a resumed chat samples as unbroken
+  request.resume = std::move(state_);
+  request.keep_final_state = true;
   ReplyPrinter printer(tok_);
-  StepMetrics step = prefill;  // the first token comes from the prefill's logits
-  // A reply stops where the context is full; the next turn is then refused with a notice.
-  const int64_t room = engine_.options().max_context - state_.position();
-  const int32_t limit = static_cast<int32_t>(std::min<int64_t>(settings_.n_predict, room));
-  for (int32_t i = 0; i < limit && !g_stop.load(); ++i) {
-    const int32_t id = sampler.Sample(logits);
-    const bool stop = std::find(stops_.begin(), stops_.end(), id) != stops_.end();
-    if (!stop) printer.Print(id);
+  SequenceHooks hooks;
+  bool prompt_done = false;
+  hooks.on_prompt_end = [&](std::span<const float>, const StepMetrics& steps) {
+    report.SetPrefill(fed, steps);
+    result.prefill_seconds = steps.seconds;
+    prompt_done = true;
+  };
+  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& steps) {
+    if (std::find(stops_.begin(), stops_.end(), id) == stops_.end()) printer.Print(id);
     result.reply.push_back(id);
-    report.AddStep({id, "", step});
-    if (stop || i + 1 == limit || g_stop.load()) break;
-    step = {};
-    if (absl::Status s = engine_.Decode(id, state_, logits, &step); !s.ok()) return s;
-  }
+    report.AddStep({id, "", steps});
+  };
+  // Ctrl-C stops the reply, never the prompt: the kept state must hold all of it.
+  hooks.stop = [&] { return prompt_done && Interrupted(); };
+  auto done = RunSequence(engine_, std::move(request), hooks);
+  if (!done.ok()) return done.status();
+  state_ = *std::move(done->state);
   return absl::OkStatus();
 }
 
+// A reply stops at a stop id, --n-predict tokens or where the context is full; the next turn is
+// then refused with a notice.
 absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
                                TurnResult& result) {
   const bool with_system = state_.position() == 0 && pending_.empty() && !settings_.system.empty();
@@ -288,16 +253,12 @@ absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
   }
   result.position_before = state_.position();
   result.fed = *fed;
-  std::vector<float> logits;
-  StepMetrics prefill;
-  if (absl::Status s = engine_.Prefill(*fed, state_, logits, &prefill); !s.ok()) return s;
+  absl::Status s = Generate(*fed, report, result);
+  if (!s.ok()) return s;
   pending_.clear();
   if (with_system) messages_.push_back({{"role", "system"}, {"content", settings_.system}});
-  report.SetPrefill(*fed, prefill);
-  result.prefill_seconds = prefill.seconds;
-  absl::Status s = Generate(logits, prefill, report, result);
   // From here on the reply is over: a Ctrl-C now means leave, not stop the reply.
-  result.interrupted = g_stop.exchange(false);
+  result.interrupted = TakeInterrupt();
   messages_.push_back({{"role", "user"}, {"content", user_text}});
   Close(result);
   ++turns_;
@@ -359,8 +320,15 @@ absl::Status ChatSession::Resume(const std::string& path) {
   turns_ = std::count_if(messages_.begin(), messages_.end(),
                          [](const json& m) { return m["role"] == "user"; });
   if (tokens.empty()) return absl::OkStatus();
-  std::vector<float> logits;
-  return engine_.Prefill(tokens, state_, logits);
+  BatchRequest request;
+  request.prompt = std::move(tokens);
+  request.max_tokens = 0;
+  request.resume = std::move(state_);
+  request.keep_final_state = true;
+  auto done = RunSequence(engine_, std::move(request), {});
+  if (!done.ok()) return done.status();
+  state_ = *std::move(done->state);
+  return absl::OkStatus();
 }
 
 void PrintTurnStats(const TurnResult& t, const RunReport& report, int64_t turn) {
@@ -454,53 +422,49 @@ int RunChat(const std::vector<std::string>& positional) {
   if (!settings.ok()) return ReportError(kName, settings.status());
   auto options = EngineOptionsFromFlags();
   if (!options.ok()) return ReportError(kName, options.status());
-  auto tok = LoadTokenizer(options->model_dir);
+  auto tok = FindTokenizer(options->model_dir, /*required=*/true);
   if (!tok.ok()) return ReportError(kName, tok.status());
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
-  ChatSession chat(**engine, *tok, *settings);
+  auto stops = StopIds((*engine)->config(), *tok);
+  if (!stops.ok()) return ReportError(kName, stops.status());
+  ChatSession chat(**engine, **tok, *settings, *std::move(stops));
   if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kName, s);
   if (!settings->quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kName, s);
-  InstallChatInterruptHandler();
+  InstallInterruptHandler();
   return Converse(chat, **engine, *settings);
 }
 
 }  // namespace
 
 const Subcommand& ChatCommand() {
-  static const Subcommand kCommand = [] {
-    std::vector<std::string_view> flags = {"system",    "history",     "n-predict", "greedy",
-                                           "temp",      "top-k",       "top-p",     "seed",
-                                           "tokenizer", "report-json", "quiet"};
-    for (std::string_view f : EngineFlagNames()) flags.push_back(f);
-    return Subcommand{
-        kName,
-        "talk with the model in the terminal (Kimi chat template)",
-        "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
-        "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"
-        "            [engine flags as for k3 generate]",
-        "A conversation with the Kimi K3 chat template. Each line read from stdin (a terminal or\n"
-        "a pipe) is a user message; the reply streams to stdout and ends at <|end_of_msg|>,\n"
-        "[EOS] or --n-predict tokens. The sequence state is kept between turns, so a turn runs\n"
-        "only its own new tokens through the model, never the history again. Without --model it\n"
-        "uses the built-in demo model. Greedy unless --temp is given; turn N samples with seed\n"
-        "--seed + N - 1.\n\n"
-        "  /reset   forget the conversation (the --system message comes back with the next turn)\n"
-        "  /exit    leave (so does end of input)\n\n"
-        "After each turn a line on stderr gives the tokens run in, tokens out and s/token\n"
-        "(--quiet hides it and the memory plan). --history FILE saves the conversation after\n"
-        "every turn (JSON: messages, every token id and the model's fingerprint; written to a\n"
-        "temp file, fsynced and renamed) and, when FILE exists at start, resumes it by running\n"
-        "the saved tokens through the model once; --system then applies only after a /reset. A\n"
-        "history that is damaged or was saved with another model is refused (exit 2) and left\n"
-        "as it is. --report-json FILE rewrites FILE after every turn with a JSON array of\n"
-        "per-turn reports (the fields of k3 generate's, plus turn and position_before).\n"
-        "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
-        "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
-        flags,
-        RunChat};
-  }();
+  static const Subcommand kCommand{
+      kName,
+      "talk with the model in the terminal (Kimi chat template)",
+      "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
+      "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"
+      "            [engine flags as for k3 generate]",
+      "A conversation with the Kimi K3 chat template. Each line read from stdin (a terminal or\n"
+      "a pipe) is a user message; the reply streams to stdout and ends at <|end_of_msg|>,\n"
+      "[EOS] or --n-predict tokens. The sequence state is kept between turns, so a turn runs\n"
+      "only its own new tokens through the model, never the history again. Without --model it\n"
+      "uses the built-in demo model. Greedy unless --temp is given; turn N samples with seed\n"
+      "--seed + N - 1.\n\n"
+      "  /reset   forget the conversation (the --system message comes back with the next turn)\n"
+      "  /exit    leave (so does end of input)\n\n"
+      "After each turn a line on stderr gives the tokens run in, tokens out and s/token\n"
+      "(--quiet hides it and the memory plan). --history FILE saves the conversation after\n"
+      "every turn (JSON: messages, every token id and the model's fingerprint; written to a\n"
+      "temp file, fsynced and renamed) and, when FILE exists at start, resumes it by running\n"
+      "the saved tokens through the model once; --system then applies only after a /reset. A\n"
+      "history that is damaged or was saved with another model is refused (exit 2) and left\n"
+      "as it is. --report-json FILE rewrites FILE after every turn with a JSON array of\n"
+      "per-turn reports (the fields of k3 generate's, plus turn and position_before).\n"
+      "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
+      "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
+      kChat,
+      RunChat};
   return kCommand;
 }
 

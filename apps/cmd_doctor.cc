@@ -39,7 +39,7 @@ constexpr uint64_t kScratchBytes = 128ull << 20;  // the temp file read without 
 
 enum class Level { kOk, kWarn, kFail };
 
-// Collects the checks: one line each on stdout as they finish, and the JSON for --out-json.
+// Collects the checks: one line each on stdout as they finish, and the JSON for --report-json.
 class Findings {
  public:
   void Add(std::string_view what, Level level, const std::string& detail) {
@@ -251,7 +251,7 @@ std::string NextCommand(const Findings& f, const std::string& model, const std::
 int Finish(Findings& f, const std::string& next) {
   std::printf("\nnext: %s\n", next.c_str());
   f.extra()["next_command"] = next;
-  if (const std::string path = absl::GetFlag(FLAGS_out_json); !path.empty()) {
+  if (const std::string path = absl::GetFlag(FLAGS_report_json); !path.empty()) {
     if (absl::Status s = io::WriteFileAtomically(path, f.ToJson().dump(2) + "\n"); !s.ok()) {
       return ReportError(kName, s);
     }
@@ -297,7 +297,7 @@ const Subcommand& DoctorCommand() {
   static const Subcommand kCommand = {
       kName,
       "check this machine (io_uring, O_DIRECT, disk speed, RAM) and pick a memory preset",
-      "doctor [--model DIR] [--out-json FILE]",
+      "doctor [--model DIR] [--report-json FILE]",
       "Checks what the engine depends on and prints one line per check: io_uring (else reads\n"
       "use pread threads), O_DIRECT on the model's directory, the disk's read rate (random\n"
       "16 MiB reads, 4 in flight, for 2.5 s, of the model's largest shard; without --model, of\n"
@@ -307,7 +307,7 @@ const Subcommand& DoctorCommand() {
       "Ends with the command to run next. Exits 0 when everything works (warnings included),\n"
       "1 when something essential fails (the model cannot be opened or read, or does not fit\n"
       "in RAM even at preset ultra), with the reason on stderr.",
-      {"model", "out-json"},
+      kDoctor,
       RunDoctor};
   return kCommand;
 }

@@ -20,16 +20,8 @@
 #include "core/tokenizer/tokenizer.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
+#include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
-
-ABSL_FLAG(std::string, prompt, "", "Prompt text (encoded with the model's tokenizer).");
-ABSL_FLAG(std::string, prompt_file, "", "Read the prompt text from this file.");
-ABSL_FLAG(std::string, ids, "", "Prompt as raw token ids, e.g. 3,7,11 (no tokenizer needed).");
-ABSL_FLAG(std::string, dump_logits, "",
-          "Write the logits at the last prompt position (raw little-endian float32, vocab_size "
-          "values).");
-ABSL_FLAG(std::string, report_json, "", "Write the run report (ids, timings, memory) as JSON.");
-ABSL_DECLARE_FLAG(std::string, prompts);
 
 namespace k3::cli {
 namespace {
@@ -100,31 +92,35 @@ void Emit(const Prompt& p, int32_t id, bool stop) {
   std::fflush(stdout);
 }
 
-// Generates up to n_predict tokens after the prompt, streaming them; stops early at a stop id
-// or on Ctrl-C. Returns the status of the first failed step.
+// Generates up to n_predict tokens after the prompt through the batch scheduler (a batch of
+// one: the loop `k3 serve` and --prompts run), streaming them; stops early at a stop id, at the
+// context's end or on Ctrl-C. Returns the status of the first failed step.
 absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vector<int32_t>& stops,
                             int32_t n_predict, RunReport& report) {
-  SequenceState state = engine.NewState();
-  Sampler sampler(*ReadSampler());
-  std::vector<float> logits;
-  StepMetrics prefill;
-  if (absl::Status s = engine.Prefill(prompt.ids, state, logits, &prefill); !s.ok()) return s;
-  report.SetPrefill(prompt.ids, prefill);
-  if (const std::string path = absl::GetFlag(FLAGS_dump_logits); !path.empty()) {
-    std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
-    if (absl::Status s = io::WriteFileAtomically(path, bytes); !s.ok()) return s;
-  }
-  StepMetrics step = prefill;
-  for (int32_t i = 0; i < n_predict && !Interrupted(); ++i) {
-    const int32_t id = sampler.Sample(logits);
-    const bool stop = std::find(stops.begin(), stops.end(), id) != stops.end();
-    Emit(prompt, id, stop);
-    report.AddStep({id, "", step});
-    if (stop || i + 1 == n_predict || Interrupted()) break;
-    step = {};
-    if (absl::Status s = engine.Decode(id, state, logits, &step); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  auto sampler = ReadSampler();
+  if (!sampler.ok()) return sampler.status();
+  BatchRequest request;
+  request.prompt = prompt.ids;
+  request.max_tokens = n_predict;
+  request.sampler = *sampler;
+  request.stop_ids = stops;
+  absl::Status dumped;
+  SequenceHooks hooks;
+  hooks.on_prompt_end = [&](std::span<const float> logits, const StepMetrics& steps) {
+    report.SetPrefill(prompt.ids, steps);
+    if (const std::string path = absl::GetFlag(FLAGS_dump_logits); !path.empty()) {
+      const std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
+      dumped = io::WriteFileAtomically(path, bytes);
+    }
+  };
+  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& steps) {
+    Emit(prompt, id, std::find(stops.begin(), stops.end(), id) != stops.end());
+    report.AddStep({id, "", steps});
+  };
+  hooks.stop = [&] { return Interrupted() || !dumped.ok(); };
+  auto result = RunSequence(engine, std::move(request), hooks);
+  if (!dumped.ok()) return dumped;
+  return result.status();
 }
 
 int RunGenerate(const std::vector<std::string>& positional) {
@@ -138,6 +134,11 @@ int RunGenerate(const std::vector<std::string>& positional) {
     auto options = EngineOptionsFromFlags();
     if (!options.ok()) return ReportError(kName, options.status());
     return RunGenerateBatch(*options, prompts);
+  }
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    return UsageError(kName,
+                      "--out is the results file of --prompts (one prompt's text goes "
+                      "to stdout)");
   }
   const int32_t n_predict = absl::GetFlag(FLAGS_n_predict);
   if (n_predict < 0) return UsageError(kName, "--n-predict must be >= 0");
@@ -154,6 +155,7 @@ int RunGenerate(const std::vector<std::string>& positional) {
         kName, absl::StrCat("the prompt has ", prompt->ids.size(), " tokens, --max-context is ",
                             context, " (raise --max-context)"));
   }
+  // The scheduler ends the sequence where the context is full.
   const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
@@ -168,8 +170,7 @@ int RunGenerate(const std::vector<std::string>& positional) {
     std::fprintf(stderr, "k3 generate: --max-context %lld leaves room for %d of the %d tokens\n",
                  static_cast<long long>(context), room, n_predict);
   }
-  const absl::Status status =
-      GenerateTokens(**engine, *prompt, *stops, std::min(n_predict, room), report);
+  const absl::Status status = GenerateTokens(**engine, *prompt, *stops, n_predict, report);
   std::printf("\n");
   std::fflush(stdout);
   if (!quiet) report.PrintSummary(**engine, Interrupted());
@@ -187,49 +188,41 @@ int RunGenerate(const std::vector<std::string>& positional) {
 }  // namespace
 
 const Subcommand& GenerateCommand() {
-  static const Subcommand kCommand = [] {
-    std::vector<std::string_view> flags = {"prompt",      "prompt-file", "ids",        "n-predict",
-                                           "greedy",      "temp",        "top-k",      "top-p",
-                                           "seed",        "stop-id",     "ignore-eos", "tokenizer",
-                                           "dump-logits", "report-json", "quiet"};
-    for (std::string_view f : EngineFlagNames()) flags.push_back(f);
-    for (std::string_view f : kBatchFlagNames) flags.push_back(f);
-    return Subcommand{
-        kName,
-        "generate text, streaming tokens as they are produced",
-        "generate [--model DIR] (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [--n-predict "
-        "N]\n"
-        "            [--greedy | --temp X --top-p P --top-k K --seed S] [--stop-id ID ...]\n"
-        "            [--ram-gb X | --preset NAME | --trunk-gb X --cache-gb X] [--trunk DIR]\n"
-        "            [--queue-depth N] [--prefetch-distance D] [--threads N] [--no-overlap]\n"
-        "            [--cache-policy NAME] [--storage-profile SPEC] [--report-json FILE]\n"
-        "       generate --prompts FILE.jsonl [--batch B] [--bad-lines refuse|skip] [--output "
-        "FILE]\n"
-        "            [the sampler and memory flags above]",
-        "Runs the model on a prompt and streams the generated text to stdout (token ids when the\n"
-        "model has no tokenizer). Without --model it uses the built-in demo model, synthesised on\n"
-        "first use into the cache directory ($XDG_CACHE_HOME/k3 or ~/.cache/k3). Greedy unless\n"
-        "--temp is given.\n\n"
-        "Routed experts stream from disk through an expert cache; the memory plan printed at the\n"
-        "start shows how the RAM budget is split. On stderr: a row per token (seconds, cache hit\n"
-        "rate, GB read, stall) and a summary; --report-json writes every figure. Ctrl-C stops,\n"
-        "prints the summary and exits 130. Output is identical at every memory, I/O and thread\n"
-        "setting.\n\n"
-        "Many prompts: --prompts FILE takes JSON lines, one object per line with \"prompt\" or\n"
-        "\"ids\" and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\",\n"
-        "\"seed\", \"greedy\", \"stop_ids\" (the flags give the defaults). Up to --batch\n"
-        "sequences run at once (default: what the budget holds, at most 8), sharing every trunk\n"
-        "read and expert read of a step; one that ends makes room for the next prompt, which\n"
-        "is prefilled --prefill-chunk tokens a step alongside the others' decoding. Each\n"
-        "sequence's tokens equal running it alone. The results go to stdout (or --output FILE)\n"
-        "as JSON lines in input order (id, line, text, ids, finish_reason, timings), each as\n"
-        "soon as the ones before it are done; a malformed line is named with its line number\n"
-        "and refuses the run before anything is generated (--bad-lines skip leaves it out).\n"
-        "Ctrl-C writes what has finished (live sequences as \"interrupted\") and exits 130. A\n"
-        "--batch beyond what the budget holds exits 2 naming the maximum.",
-        flags,
-        RunGenerate};
-  }();
+  static const Subcommand kCommand{
+      kName,
+      "generate text, streaming tokens as they are produced",
+      "generate [--model DIR] (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [--n-predict "
+      "N]\n"
+      "            [--greedy | --temp X --top-p P --top-k K --seed S] [--stop-id ID ...]\n"
+      "            [--ram-gb X | --preset NAME | --trunk-gb X --cache-gb X] [--trunk DIR]\n"
+      "            [--queue-depth N] [--prefetch-distance D] [--threads N] [--no-overlap]\n"
+      "            [--cache-policy NAME] [--storage-profile SPEC] [--report-json FILE]\n"
+      "       generate --prompts FILE.jsonl [--batch B] [--bad-lines refuse|skip] [--out "
+      "FILE]\n"
+      "            [the sampler and memory flags above]",
+      "Runs the model on a prompt and streams the generated text to stdout (token ids when the\n"
+      "model has no tokenizer). Without --model it uses the built-in demo model, synthesised on\n"
+      "first use into the cache directory ($XDG_CACHE_HOME/k3 or ~/.cache/k3). Greedy unless\n"
+      "--temp is given.\n\n"
+      "Routed experts stream from disk through an expert cache; the memory plan printed at the\n"
+      "start shows how the RAM budget is split. On stderr: a row per token (seconds, cache hit\n"
+      "rate, GB read, stall) and a summary; --report-json writes every figure. Ctrl-C stops,\n"
+      "prints the summary and exits 130. Output is identical at every memory, I/O and thread\n"
+      "setting.\n\n"
+      "Many prompts: --prompts FILE takes JSON lines, one object per line with \"prompt\" or\n"
+      "\"ids\" and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\",\n"
+      "\"seed\", \"greedy\", \"stop_ids\" (the flags give the defaults). Up to --batch\n"
+      "sequences run at once (default: what the budget holds, at most 8), sharing every trunk\n"
+      "read and expert read of a step; one that ends makes room for the next prompt, which\n"
+      "is prefilled --prefill-chunk tokens a step alongside the others' decoding. Each\n"
+      "sequence's tokens equal running it alone. The results go to stdout (or --out FILE)\n"
+      "as JSON lines in input order (id, line, text, ids, finish_reason, timings), each as\n"
+      "soon as the ones before it are done; a malformed line is named with its line number\n"
+      "and refuses the run before anything is generated (--bad-lines skip leaves it out).\n"
+      "Ctrl-C writes what has finished (live sequences as \"interrupted\") and exits 130. A\n"
+      "--batch beyond what the budget holds exits 2 naming the maximum.",
+      kGenerate,
+      RunGenerate};
   return kCommand;
 }
 

@@ -179,7 +179,7 @@ const Subcommand& InspectCommand() {
       "--prefill-chunk 64; and what a decode token would read (streamed trunk plus the experts\n"
       "the cache misses, its hit rate taken as the share of experts it holds) and take at the\n"
       "disk's rate: --disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).",
-      {"model", "disk-gbps"},
+      kInspect,
       RunInspect};
   return kCommand;
 }

@@ -14,12 +14,6 @@
 #include "core/trunk_pack.h"
 #include "io/file.h"
 
-ABSL_FLAG(std::string, codec, "",
-          "Store the BF16 matrices compressed with this exact codec (bf16-e3); the decoded bytes "
-          "are the checkpoint's. Default: every tensor verbatim.");
-ABSL_FLAG(bool, verify_only, false,
-          "Write nothing: re-read the pack in --out and compare it byte for byte with --model.");
-
 namespace k3::cli {
 namespace {
 
@@ -121,7 +115,7 @@ const Subcommand& PackCommand() {
       "about 4 MiB decoded, each 4 KiB-aligned with an XXH3-64 checksum, ~0.7 of the bytes;\n"
       "the engine decodes them exactly as they arrive (docs/PACK.md).\n"
       "Format: docs/PACK.md.",
-      {"model", "out", "codec", "force", "quiet", "verify-only"},
+      kPack,
       RunPack};
   return kCommand;
 }

@@ -21,21 +21,6 @@
 #include "apps/server/http_server.h"
 #include "pipeline/engine.h"
 
-ABSL_DECLARE_FLAG(int32_t, batch);  // apps/generate_batch.cc
-
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "the address to listen on (loopback by default; 0.0.0.0 for every one).");
-ABSL_FLAG(int32_t, port, 8080, "the TCP port (0: any free one, printed at start).");
-ABSL_FLAG(std::string, api_key, "",
-          "require 'Authorization: Bearer KEY' (default: $K3_API_KEY, else none).");
-ABSL_FLAG(int32_t, max_queue, 16, "requests that may wait for a place in the batch; more get 429.");
-ABSL_FLAG(int32_t, saved_states, -1,
-          "sequence states kept for prefix reuse (-1: up to 4, as the budget holds).");
-ABSL_FLAG(double, max_body_mb, 8, "larger request bodies get 413.");
-ABSL_FLAG(std::string, model_id, "",
-          "the model name /v1/models lists and answers carry (default: the model "
-          "directory's name).");
-
 namespace k3::cli {
 namespace {
 
@@ -167,13 +152,6 @@ int RunServe(const std::vector<std::string>& positional) {
 }  // namespace
 
 const Subcommand& ServeCommand() {
-  static const std::vector<std::string_view> kFlags = [] {
-    std::vector<std::string_view> f = {"host",      "port",         "api-key",     "max-queue",
-                                       "batch",     "saved-states", "max-body-mb", "model-id",
-                                       "n-predict", "tokenizer",    "quiet"};
-    for (std::string_view name : EngineFlagNames()) f.push_back(name);
-    return f;
-  }();
   static const Subcommand kCommand = {
       kName,
       "an OpenAI-compatible HTTP server (chat and completions, streaming) on the batched engine",
@@ -193,7 +171,7 @@ const Subcommand& ServeCommand() {
       "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"
       "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise. Ctrl-C or\n"
       "SIGTERM stops it (exit 0).",
-      kFlags,
+      kServe,
       RunServe};
   return kCommand;
 }

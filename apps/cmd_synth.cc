@@ -143,8 +143,7 @@ const Subcommand& SynthCommand() {
       "tiny, demo and bench stay uniform. The entropy of what was written is printed at the end.\n"
       "--set key=value overrides a config key (repeatable); a list keeps its commas:\n"
       "--set full_attn_layers=4,8 --set hidden_size=256.",
-      {"preset", "out", "seed", "set", "router-skew", "dtype", "weights", "sparse", "single-file",
-       "force", "quiet"},
+      kSynth,
       RunSynth};
   return kCommand;
 }

@@ -27,19 +27,6 @@
 #include "io/file.h"
 #include "io/storage_profile.h"
 
-ABSL_DECLARE_FLAG(int32_t, tokens);
-ABSL_FLAG(double, budget_s, 600,
-          "k3 tune: seconds the sweep may take, confirmation included (it skips what does not "
-          "fit, and says so).");
-ABSL_FLAG(std::vector<std::string>, prefetch_widths, {},
-          "k3 tune: prefetch widths to try when lookahead is on (0 = the top-k; default 0 and "
-          "twice the top-k).");
-ABSL_FLAG(std::vector<std::string>, thread_counts, {},
-          "k3 tune: compute thread counts to try (0 = one per core; default 0, 1 and half the "
-          "cores).");
-ABSL_FLAG(std::string, out_settings, "",
-          "k3 tune: write the recommended settings to this file (for --settings).");
-
 namespace k3::cli {
 namespace {
 
@@ -214,7 +201,7 @@ int RunTune(const std::vector<std::string>& positional) {
     if (first.is_null()) first = verdict;
     by_profile[profile] = verdict;
   }
-  if (const std::string out = absl::GetFlag(FLAGS_out_settings); !out.empty()) {
+  if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     const nlohmann::json file = SettingsJson(
         first["flags"].get<std::map<std::string, std::string>>(),
         {{"model", *dir},
@@ -230,16 +217,6 @@ int RunTune(const std::vector<std::string>& positional) {
   return kExitOk;
 }
 
-std::vector<std::string_view> TuneFlagNames() {
-  std::vector<std::string_view> flags = {
-      "budget-s", "prefetch-widths", "thread-counts", "out-settings",
-      "tokens",   "repeat",          "seed",          "quiet"};
-  for (std::string_view f : EngineFlagNames()) {
-    if (f != "settings" && f != "prefetch-width" && f != "threads") flags.push_back(f);
-  }
-  return flags;
-}
-
 }  // namespace
 
 const Subcommand& TuneCommand() {
@@ -249,7 +226,7 @@ const Subcommand& TuneCommand() {
       "tune --model DIR [--budget-s 600] [--queue-depth 1,4,8,16,32,64] [--prefetch-distance "
       "0,1,2]\n"
       "               [--prefetch-widths 0,W] [--thread-counts 0,1] [--storage-profile P,...]\n"
-      "               [--tokens N] [--repeat R] [--out-settings FILE] [memory flags]",
+      "               [--tokens N] [--repeat R] [--out FILE] [memory flags]",
       "Sweeps one setting at a time, in this order: queue depth, prefetch distance, prefetch\n"
       "width (only when lookahead is chosen), compute threads. Each value runs --repeat short\n"
       "cold runs (a fresh engine, the 16-token prompt of --seed, --tokens greedy steps; the\n"
@@ -260,10 +237,10 @@ const Subcommand& TuneCommand() {
       "than the defaults (median and spread of the confirming pairs); if the pick was not\n"
       "faster there, the defaults stay. Every run must decode the same tokens (it says so; a\n"
       "setting that changed them is an error, exit 1). --budget-s bounds the time: what does\n"
-      "not fit is skipped and named. --out-settings writes a file that generate, chat, bench and\n"
+      "not fit is skipped and named. --out writes a file that generate, chat, bench and\n"
       "serve take with --settings FILE (flags on their command line still win). See\n"
       "docs/BENCHMARKS.md.",
-      TuneFlagNames(),
+      kTune,
       RunTune};
   return kCommand;
 }

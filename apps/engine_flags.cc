@@ -16,44 +16,7 @@
 #include "io/storage_profile.h"
 #include "pipeline/cache/policy.h"
 
-ABSL_FLAG(double, ram_gb, 0,
-          "RAM budget in GB for the whole engine (trunk, expert cache, state, buffers); output "
-          "is the same at any budget, only speed changes.");
-ABSL_FLAG(double, trunk_gb, 0, "Explicit split: GB of pinned trunk (with --cache-gb).");
-ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk-gb).");
-ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
-ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
-          "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
-          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list "
-          "where a command sweeps it).");
-ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
-ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
-          "Layers of lookahead while the prompt is processed (prefill multiplies many tokens per "
-          "expert, so the next layer's reads hide behind that compute; 0 = off).");
-ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
-ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
-ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
-ABSL_FLAG(double, ring_piece_mb, 0,
-          "Trunk ring: MB of a piece, the most of one matrix's rows read and multiplied at once "
-          "where the trunk streams (0 = 32 MiB, or less for smaller matrices).");
-ABSL_FLAG(int32_t, ring_slots, 0, "Trunk ring: pieces in memory at once, >= 2 (0 = 4).");
-ABSL_FLAG(std::string, cache_policy, "",
-          "Expert cache replacement policy (default: layer-reuse; see k3 cache-sim --help).");
-ABSL_FLAG(bool, no_overlap, false,
-          "Serial baseline: read all of a layer's experts, then compute; no lookahead. Same "
-          "output, for A/B measurements.");
-
 namespace k3::cli {
-
-const std::vector<std::string_view>& EngineFlagNames() {
-  static const std::vector<std::string_view> kNames = {
-      "model",          "ram-gb",          "preset",        "trunk-gb",
-      "cache-gb",       "trunk",           "queue-depth",   "prefetch-distance",
-      "prefetch-width", "threads",         "prefill-chunk", "max-context",
-      "cache-policy",   "storage-profile", "no-overlap",    "prefill-prefetch-distance",
-      "ring-piece-mb",  "ring-slots",      "settings"};
-  return kNames;
-}
 
 absl::StatusOr<std::vector<int>> ParseIntList(std::string_view flag,
                                               const std::vector<std::string>& values, int min,

@@ -6,29 +6,11 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "apps/flags.h"
 #include "pipeline/engine.h"
 
-ABSL_DECLARE_FLAG(double, ram_gb);
-ABSL_DECLARE_FLAG(double, trunk_gb);
-ABSL_DECLARE_FLAG(double, cache_gb);
-ABSL_DECLARE_FLAG(std::string, trunk);
-ABSL_DECLARE_FLAG(std::vector<std::string>, prefetch_distance);
-ABSL_DECLARE_FLAG(int32_t, prefetch_width);
-ABSL_DECLARE_FLAG(int32_t, prefill_prefetch_distance);
-ABSL_DECLARE_FLAG(int32_t, threads);
-ABSL_DECLARE_FLAG(int32_t, prefill_chunk);
-ABSL_DECLARE_FLAG(int32_t, max_context);
-ABSL_DECLARE_FLAG(double, ring_piece_mb);
-ABSL_DECLARE_FLAG(int32_t, ring_slots);
-ABSL_DECLARE_FLAG(std::string, cache_policy);
-ABSL_DECLARE_FLAG(bool, no_overlap);
-
 namespace k3::cli {
-
-// The flag names (as typed) that EngineOptionsFromFlags reads, to list in a Subcommand.
-const std::vector<std::string_view>& EngineFlagNames();
 
 // Engine options from the flags, for a command that runs one configuration: --queue-depth,
 // --prefetch-distance and --storage-profile must then hold one value each. The model directory

@@ -1,14 +1,165 @@
+// The flags of `k3`: every definition, then the table of which commands take each. Add a flag
+// here, with its row; a flag without a row is refused everywhere (FlagsTest checks that every
+// flag has one).
 #include "apps/flags.h"
 
-#include "absl/flags/flag.h"
+#include <algorithm>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/str_replace.h"
+#include "pipeline/cache/policy.h"
+#include "pipeline/cache/replay.h"
+
+// The model and the memory budget: every command that runs the engine.
 ABSL_FLAG(std::string, model, "", "Model directory (config.json and safetensors shards).");
-ABSL_FLAG(std::string, out, "", "Output directory.");
 ABSL_FLAG(
     std::string, preset, "",
     "k3 synth: the model shape (tiny, demo, bench, slice or full; default tiny). Elsewhere: the "
     "memory preset (ultra, laptop, desktop, workstation, server, max, auto; default auto).");
+ABSL_FLAG(double, ram_gb, 0,
+          "RAM budget in GB for the whole engine (trunk, expert cache, state, buffers); output "
+          "is the same at any budget, only speed changes.");
+ABSL_FLAG(double, trunk_gb, 0, "Explicit split: GB of pinned trunk (with --cache-gb).");
+ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk-gb).");
+ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
+ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
+ABSL_FLAG(std::string, settings, "",
+          "A settings file (`k3 tune --out`): its flags apply unless given on the command line.");
+
+// How the engine reads and computes: speed only, never the tokens.
+ABSL_FLAG(
+    std::vector<std::string>, queue_depth, {},
+    "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
+ABSL_FLAG(std::vector<std::string>, storage_profile, {},
+          "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
+          "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");
+ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
+          "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
+          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list "
+          "where a command sweeps it).");
+ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
+ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
+          "Layers of lookahead while the prompt is processed (prefill multiplies many tokens per "
+          "expert, so the next layer's reads hide behind that compute; 0 = off).");
+ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
+ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
+ABSL_FLAG(double, ring_piece_mb, 0,
+          "Trunk ring: MB of a piece, the most of one matrix's rows read and multiplied at once "
+          "where the trunk streams (0 = 32 MiB, or less for smaller matrices).");
+ABSL_FLAG(int32_t, ring_slots, 0, "Trunk ring: pieces in memory at once, >= 2 (0 = 4).");
+ABSL_FLAG(std::string, cache_policy, "",
+          "Expert cache replacement policy (default: layer-reuse; see k3 cache-sim --help).");
+ABSL_FLAG(bool, no_overlap, false,
+          "Serial baseline: read all of a layer's experts, then compute; no lookahead. Same "
+          "output, for A/B measurements.");
+
+// The prompt and the sampler.
+ABSL_FLAG(std::string, prompt, "", "Prompt text (encoded with the model's tokenizer).");
+ABSL_FLAG(std::string, prompt_file, "", "Read the prompt text from this file.");
+ABSL_FLAG(std::string, ids, "", "Prompt as raw token ids, e.g. 3,7,11 (no tokenizer needed).");
+ABSL_FLAG(int32_t, n_predict, 32, "Tokens to generate (stops earlier at a stop id).");
+ABSL_FLAG(bool, greedy, false, "Always take the most likely token (the default without --temp).");
+ABSL_FLAG(double, temp, 0.0, "Sampling temperature; 0 means greedy.");
+ABSL_FLAG(int32_t, top_k, 40, "Sample among the k most likely tokens (0 = all).");
+ABSL_FLAG(double, top_p, 0.95, "Nucleus sampling: the smallest set with this much probability.");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed; the same seed gives the same bytes.");
+ABSL_FLAG(std::vector<std::string>, stop_id, {},
+          "Token id that ends generation (repeatable; default: [EOS] and <|end_of_msg|>).");
+ABSL_FLAG(bool, ignore_eos, false, "Generate all --n-predict tokens: no stop ids at all.");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Directory with tiktoken.model and tokenizer_config.json (default: the model's).");
+ABSL_FLAG(std::string, dump_logits, "",
+          "Write the logits at the last prompt position (raw little-endian float32, vocab_size "
+          "values).");
+ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
+ABSL_FLAG(std::string, history, "",
+          "Save the conversation to this JSON file after every turn; resume it when the file "
+          "exists.");
+
+// Batches (generate --prompts) and the server.
+ABSL_FLAG(std::string, prompts, "",
+          "k3 generate: a JSON-lines file of prompts, one object per line with \"prompt\" (text) "
+          "or \"ids\", and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\", "
+          "\"seed\", \"greedy\", \"stop_ids\"; they run batched, results as JSON lines in input "
+          "order.");
+ABSL_FLAG(int32_t, batch, 0,
+          "Sequences run at once, for k3 generate --prompts and k3 serve (0 = what the budget "
+          "holds, at most 8).");
+ABSL_FLAG(std::string, bad_lines, "refuse",
+          "k3 generate --prompts: a malformed line is reported and either refuses the run "
+          "before anything is generated (refuse) or is left out (skip).");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "the address to listen on (loopback by default; 0.0.0.0 for every one).");
+ABSL_FLAG(int32_t, port, 8080, "the TCP port (0: any free one, printed at start).");
+ABSL_FLAG(std::string, api_key, "",
+          "require 'Authorization: Bearer KEY' (default: $K3_API_KEY, else none).");
+ABSL_FLAG(int32_t, max_queue, 16, "requests that may wait for a place in the batch; more get 429.");
+ABSL_FLAG(int32_t, saved_states, -1,
+          "sequence states kept for prefix reuse (-1: up to 4, as the budget holds).");
+ABSL_FLAG(double, max_body_mb, 8, "larger request bodies get 413.");
+ABSL_FLAG(std::string, model_id, "",
+          "the model name /v1/models lists and answers carry (default: the model "
+          "directory's name).");
+
+// What the commands write.
+ABSL_FLAG(std::string, out, "",
+          "Where the command writes its output: the directory of the model (synth) or pack "
+          "(pack), the results as JSON lines (generate --prompts; default stdout), the settings "
+          "file (tune, for --settings).");
+ABSL_FLAG(std::string, report_json, "",
+          "Write the figures of the run as JSON to this file (generate, chat: ids, timings, "
+          "memory; bench, cache-sim, doctor: the results). Also spelled --out-json.");
+ABSL_FLAG(std::string, out_csv, "", "Also write the results as CSV to this file.");
+ABSL_FLAG(std::string, plot, "",
+          "Write an SVG plot: s/token against queue depth, a line per prefetch distance, a panel "
+          "per volume (model directory x storage profile).");
+ABSL_FLAG(bool, quiet, false, "No progress bars or per-step tables.");
+
+// Benchmarks, tuning and the cache simulator.
+ABSL_FLAG(int32_t, tokens, 24,
+          "Greedy decode steps per run of the decode benchmark (at least 2); s/token is their "
+          "median.");
+ABSL_FLAG(int32_t, repeat, 3, "Repetitions of each measurement; medians are reported.");
+ABSL_FLAG(bool, raw, false,
+          "Measure only the io layer's read bandwidth: random whole experts, O_DIRECT, at each "
+          "queue depth.");
+ABSL_FLAG(
+    int32_t, reads, 96,
+    "Experts read per raw bandwidth measurement (--raw, and the decode benchmark's raw column): "
+    "each a different expert, chosen at random.");
+ABSL_FLAG(int32_t, chunk_kib, 0,
+          "Split reads into chunks of this many KiB (--raw; 0: the engine's default).");
+ABSL_FLAG(bool, huge_pages, true,
+          "Back the read buffers with huge pages where available (--nohuge-pages: 4 KiB pages, "
+          "like fio's buffers).");
+ABSL_FLAG(bool, fio, true,
+          "With --raw and the direct profile, also run fio (if installed) on the same files, "
+          "block size and queue depth, interleaved with k3's runs (--nofio to skip).");
+ABSL_FLAG(double, disk_gbps, 0,
+          "Disk read rate in GB/s for the forecasts (0 = measure it as k3 doctor does).");
+ABSL_FLAG(double, budget_s, 600,
+          "k3 tune: seconds the sweep may take, confirmation included (it skips what does not "
+          "fit, and says so).");
+ABSL_FLAG(std::vector<std::string>, prefetch_widths, {},
+          "k3 tune: prefetch widths to try when lookahead is on (0 = the top-k; default 0 and "
+          "twice the top-k).");
+ABSL_FLAG(std::vector<std::string>, thread_counts, {},
+          "k3 tune: compute thread counts to try (0 = one per core; default 0, 1 and half the "
+          "cores).");
+ABSL_FLAG(std::string, trace, "",
+          "Expert trace to replay: little-endian int32 pairs (layer, expert), in request order.");
+ABSL_FLAG(std::vector<std::string>, capacity_gb, std::vector<std::string>({"8", "16", "32", "64"}),
+          "Cache capacities in GB (1e9 bytes), comma-separated; each holds floor(capacity / "
+          "expert bytes) experts.");
+ABSL_FLAG(std::vector<std::string>, policy,
+          std::vector<std::string>({"lru", "belady", std::string(k3::kDefaultPolicy)}),
+          "Replacement policies, comma-separated: 'all', 'default' or names from "
+          "lru, belady, fifo, mru, lfu, wtinylfu, arc, 2q, s3fifo, lirs, layer-mru, layer-lfu, "
+          "layer-freq, layer-reuse.");
+ABSL_FLAG(int64_t, expert_bytes, static_cast<int64_t>(k3::kKimiK3ExpertBytes),
+          "Bytes of one expert (Kimi K3: 17547264).");
+
+// Making and packing checkpoints.
 ABSL_FLAG(std::vector<std::string>, set, {},
           "Override a config key, e.g. --set hidden_size=256 --set full_attn_layers=4,8 "
           "(repeatable; a list value keeps its commas).");
@@ -25,15 +176,121 @@ ABSL_FLAG(bool, sparse, false,
 ABSL_FLAG(bool, single_file, false,
           "k3 synth: the language model in one model.safetensors, without an index.");
 ABSL_FLAG(bool, force, false, "Overwrite an existing model in the output directory.");
-ABSL_FLAG(bool, quiet, false, "No progress bars or per-step tables.");
-ABSL_FLAG(std::string, out_json, "", "Also write the results as JSON to this file.");
-ABSL_FLAG(double, disk_gbps, 0,
-          "Disk read rate in GB/s for the forecasts (0 = measure it as k3 doctor does).");
-ABSL_FLAG(std::string, out_csv, "", "Also write the results as CSV to this file.");
-ABSL_FLAG(
-    std::vector<std::string>, queue_depth, {},
-    "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
-ABSL_FLAG(std::vector<std::string>, storage_profile, {},
-          "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
-          "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");
-ABSL_FLAG(int32_t, repeat, 3, "Repetitions of each measurement; medians are reported.");
+ABSL_FLAG(std::string, codec, "",
+          "Store the BF16 matrices compressed with this exact codec (bf16-e3); the decoded bytes "
+          "are the checkpoint's. Default: every tensor verbatim.");
+ABSL_FLAG(bool, verify_only, false,
+          "Write nothing: re-read the pack in --out and compare it byte for byte with --model.");
+
+namespace k3::cli {
+namespace {
+
+template <typename T>
+const absl::CommandLineFlag* F(const absl::Flag<T>& flag) {
+  return &absl::GetFlagReflectionHandle(flag);
+}
+
+// Every command that runs the engine takes its memory, I/O and compute flags (k3 tune sweeps
+// threads and the prefetch width with flags of its own, and writes settings rather than
+// reading them).
+constexpr Commands kRunsEngine = kGenerate | kChat | kServe | kBench | kTune;
+constexpr Commands kSamples = kGenerate | kChat;
+
+}  // namespace
+
+const std::vector<FlagUse>& FlagTable() {
+  static const std::vector<FlagUse> kTable = {
+      {F(FLAGS_model), kRunsEngine | kInspect | kDoctor | kPack},
+      {F(FLAGS_preset), kRunsEngine | kSynth},
+      {F(FLAGS_ram_gb), kRunsEngine},
+      {F(FLAGS_trunk_gb), kRunsEngine},
+      {F(FLAGS_cache_gb), kRunsEngine},
+      {F(FLAGS_trunk), kRunsEngine},
+      {F(FLAGS_max_context), kRunsEngine},
+      {F(FLAGS_settings), kRunsEngine & ~kTune},
+      {F(FLAGS_queue_depth), kRunsEngine},
+      {F(FLAGS_storage_profile), kRunsEngine},
+      {F(FLAGS_prefetch_distance), kRunsEngine},
+      {F(FLAGS_prefetch_width), kRunsEngine & ~kTune},
+      {F(FLAGS_prefill_prefetch_distance), kRunsEngine},
+      {F(FLAGS_threads), kRunsEngine & ~kTune},
+      {F(FLAGS_prefill_chunk), kRunsEngine},
+      {F(FLAGS_ring_piece_mb), kRunsEngine},
+      {F(FLAGS_ring_slots), kRunsEngine},
+      {F(FLAGS_cache_policy), kRunsEngine},
+      {F(FLAGS_no_overlap), kRunsEngine},
+      {F(FLAGS_prompt), kGenerate},
+      {F(FLAGS_prompt_file), kGenerate},
+      {F(FLAGS_ids), kGenerate},
+      {F(FLAGS_n_predict), kSamples | kServe},
+      {F(FLAGS_greedy), kSamples},
+      {F(FLAGS_temp), kSamples},
+      {F(FLAGS_top_k), kSamples},
+      {F(FLAGS_top_p), kSamples},
+      {F(FLAGS_seed), kSamples | kBench | kTune | kSynth},
+      {F(FLAGS_stop_id), kGenerate},
+      {F(FLAGS_ignore_eos), kGenerate},
+      {F(FLAGS_tokenizer), kSamples | kServe},
+      {F(FLAGS_dump_logits), kGenerate},
+      {F(FLAGS_system), kChat},
+      {F(FLAGS_history), kChat},
+      {F(FLAGS_prompts), kGenerate},
+      {F(FLAGS_batch), kGenerate | kServe},
+      {F(FLAGS_bad_lines), kGenerate},
+      {F(FLAGS_host), kServe},
+      {F(FLAGS_port), kServe},
+      {F(FLAGS_api_key), kServe},
+      {F(FLAGS_max_queue), kServe},
+      {F(FLAGS_saved_states), kServe},
+      {F(FLAGS_max_body_mb), kServe},
+      {F(FLAGS_model_id), kServe},
+      {F(FLAGS_out), kSynth | kPack | kGenerate | kTune},
+      {F(FLAGS_report_json), kSamples | kBench | kCacheSim | kDoctor},
+      {F(FLAGS_out_csv), kBench},
+      {F(FLAGS_plot), kBench},
+      {F(FLAGS_quiet), kSamples | kServe | kBench | kTune | kCacheSim | kSynth | kPack},
+      {F(FLAGS_tokens), kBench | kTune},
+      {F(FLAGS_repeat), kBench | kTune},
+      {F(FLAGS_raw), kBench},
+      {F(FLAGS_reads), kBench},
+      {F(FLAGS_chunk_kib), kBench},
+      {F(FLAGS_huge_pages), kBench},
+      {F(FLAGS_fio), kBench},
+      {F(FLAGS_disk_gbps), kInspect},
+      {F(FLAGS_budget_s), kTune},
+      {F(FLAGS_prefetch_widths), kTune},
+      {F(FLAGS_thread_counts), kTune},
+      {F(FLAGS_trace), kCacheSim},
+      {F(FLAGS_capacity_gb), kCacheSim},
+      {F(FLAGS_policy), kCacheSim},
+      {F(FLAGS_expert_bytes), kCacheSim},
+      {F(FLAGS_set), kSynth},
+      {F(FLAGS_router_skew), kSynth},
+      {F(FLAGS_dtype), kSynth},
+      {F(FLAGS_weights), kSynth},
+      {F(FLAGS_sparse), kSynth},
+      {F(FLAGS_single_file), kSynth},
+      {F(FLAGS_force), kSynth | kPack},
+      {F(FLAGS_codec), kPack},
+      {F(FLAGS_verify_only), kPack},
+  };
+  return kTable;
+}
+
+std::string TypedName(const absl::CommandLineFlag& flag) {
+  return absl::StrReplaceAll(flag.Name(), {{"_", "-"}});
+}
+
+std::string_view CanonicalFlagName(std::string_view typed) {
+  return typed == "out-json" ? "report-json" : typed;
+}
+
+const FlagUse* FindFlag(std::string_view typed) {
+  const std::string_view name = CanonicalFlagName(typed);
+  const std::vector<FlagUse>& table = FlagTable();
+  auto row = std::find_if(table.begin(), table.end(),
+                          [&](const FlagUse& use) { return TypedName(*use.flag) == name; });
+  return row == table.end() ? nullptr : &*row;
+}
+
+}  // namespace k3::cli

@@ -17,21 +17,6 @@
 #include "nlohmann/json.hpp"
 #include "pipeline/batch_scheduler.h"
 
-ABSL_FLAG(std::string, prompts, "",
-          "k3 generate: a JSON-lines file of prompts, one object per line with \"prompt\" (text) "
-          "or \"ids\", and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\", "
-          "\"seed\", \"greedy\", \"stop_ids\"; they run batched, results as JSON lines in input "
-          "order.");
-ABSL_FLAG(int32_t, batch, 0,
-          "Sequences run at once, for k3 generate --prompts and k3 serve (0 = what the budget "
-          "holds, at most 8).");
-ABSL_FLAG(std::string, bad_lines, "refuse",
-          "k3 generate --prompts: a malformed line is reported and either refuses the run "
-          "before anything is generated (refuse) or is left out (skip).");
-ABSL_FLAG(std::string, output, "",
-          "k3 generate --prompts: write the results here (JSON lines) instead of stdout.");
-ABSL_DECLARE_FLAG(std::string, report_json);
-
 namespace k3::cli {
 namespace {
 
@@ -300,7 +285,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
                  batch, items.size(), choice->holds == kMaxBatch ? "at least " : "", choice->holds);
   }
   std::FILE* out = stdout;
-  const std::string out_path = absl::GetFlag(FLAGS_output);
+  const std::string out_path = absl::GetFlag(FLAGS_out);
   if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
     return ReportError(kName, absl::NotFoundError(out_path + ": cannot be written"));
   }

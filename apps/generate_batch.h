@@ -11,7 +11,4 @@ namespace k3::cli {
 // Runs the prompts of `path` (JSON lines) with `options`; returns the exit code.
 int RunGenerateBatch(EngineOptions options, const std::string& path);
 
-// The flags only the batch mode takes.
-inline constexpr const char* kBatchFlagNames[] = {"prompts", "batch", "bad-lines", "output"};
-
 }  // namespace k3::cli

@@ -6,17 +6,6 @@
 #include "apps/flags.h"
 #include "io/file.h"
 
-ABSL_FLAG(int32_t, n_predict, 32, "Tokens to generate (stops earlier at a stop id).");
-ABSL_FLAG(bool, greedy, false, "Always take the most likely token (the default without --temp).");
-ABSL_FLAG(double, temp, 0.0, "Sampling temperature; 0 means greedy.");
-ABSL_FLAG(int32_t, top_k, 40, "Sample among the k most likely tokens (0 = all).");
-ABSL_FLAG(double, top_p, 0.95, "Nucleus sampling: the smallest set with this much probability.");
-ABSL_FLAG(std::vector<std::string>, stop_id, {},
-          "Token id that ends generation (repeatable; default: [EOS] and <|end_of_msg|>).");
-ABSL_FLAG(bool, ignore_eos, false, "Generate all --n-predict tokens: no stop ids at all.");
-ABSL_FLAG(std::string, tokenizer, "",
-          "Directory with tiktoken.model and tokenizer_config.json (default: the model's).");
-
 namespace k3::cli {
 
 absl::StatusOr<std::optional<Tokenizer>> FindTokenizer(const std::string& model_dir,

@@ -1,5 +1,5 @@
-// What `k3 generate` and its batch mode (--prompts) share: the sampler and stop flags, the
-// tokenizer lookup, and the default stop ids.
+// What `k3 generate` (one prompt or --prompts), `k3 chat` and `k3 serve` share: the sampler
+// flags, the tokenizer lookup and the default stop ids.
 #pragma once
 
 #include <cstdint>
@@ -7,22 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "apps/flags.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
 #include "pipeline/engine.h"
-
-ABSL_DECLARE_FLAG(int32_t, n_predict);
-ABSL_DECLARE_FLAG(bool, greedy);
-ABSL_DECLARE_FLAG(double, temp);
-ABSL_DECLARE_FLAG(int32_t, top_k);
-ABSL_DECLARE_FLAG(double, top_p);
-ABSL_DECLARE_FLAG(std::vector<std::string>, stop_id);
-ABSL_DECLARE_FLAG(bool, ignore_eos);
-ABSL_DECLARE_FLAG(std::string, tokenizer);
 
 namespace k3::cli {
 

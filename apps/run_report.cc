@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "apps/cli.h"
 #include "core/progress.h"
 
 namespace k3::cli {
@@ -18,7 +19,7 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 
 void OnSigint(int) {
-  if (g_interrupted.exchange(true)) std::_Exit(130);
+  if (g_interrupted.exchange(true)) std::_Exit(kExitInterrupted);
 }
 
 double Gb(uint64_t bytes) { return static_cast<double>(bytes) / 1e9; }
@@ -48,10 +49,13 @@ void InstallInterruptHandler() {
   struct sigaction sa = {};
   sa.sa_handler = OnSigint;
   sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART
   sigaction(SIGINT, &sa, nullptr);
 }
 
 bool Interrupted() { return g_interrupted.load(); }
+
+bool TakeInterrupt() { return g_interrupted.exchange(false); }
 
 void RunReport::SetPrefill(const std::vector<int32_t>& prompt_ids, const StepMetrics& prefill) {
   prompt_ids_ = prompt_ids;

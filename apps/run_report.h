@@ -53,7 +53,11 @@ class RunReport {
 std::string PlanText(const Engine& engine);
 
 // SIGINT sets a flag (a second SIGINT kills at once, as usual) that the generation loops poll.
+// The handler does not restart system calls, so that a read(2) waiting for input returns EINTR
+// and its caller sees the flag.
 void InstallInterruptHandler();
 bool Interrupted();
+// Whether SIGINT came, clearing it: `k3 chat` survives an interrupted reply and goes on.
+bool TakeInterrupt();
 
 }  // namespace k3::cli

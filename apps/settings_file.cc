@@ -13,9 +13,6 @@
 #include "apps/flags.h"
 #include "io/file.h"
 
-ABSL_FLAG(std::string, settings, "",
-          "A settings file (`k3 tune --out`): its flags apply unless given on the command line.");
-
 namespace k3::cli {
 
 bool SettableFromSettingsFile(std::string_view typed_flag) {

@@ -15,11 +15,9 @@
 #include <string>
 #include <string_view>
 
-#include "absl/flags/declare.h"
 #include "absl/status/status.h"
+#include "apps/flags.h"
 #include "nlohmann/json.hpp"
-
-ABSL_DECLARE_FLAG(std::string, settings);
 
 namespace k3::cli {
 

@@ -138,7 +138,11 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
     totals_.prefill_tokens += static_cast<int64_t>(chunk[i]);
   }
   std::vector<float> logits;
-  if (absl::Status s = engine_.Step(segments, logits, &totals_.steps); !s.ok()) return s;
+  StepMetrics step;
+  const absl::Status status = engine_.Step(segments, logits, &step);
+  totals_.steps.Add(step);
+  if (!status.ok()) return status;
+  if (on_step_) on_step_(step);
   ++totals_.step_count;
   totals_.max_live = std::max(totals_.max_live, static_cast<int>(live.size()));
   const size_t vocab = logits.size() / segments.size();
@@ -149,14 +153,15 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
     seq.prefilled += chunk[owner[s]];
     if (!seq.decoding()) continue;  // more of its prompt to run
     BatchResult& r = seq.result;
-    if (chunk[owner[s]] > 0 && seq.request.keep_prompt_state && on_prompt_state_) {
-      on_prompt_state_(r.index, seq.state);
+    const std::span<const float> row(logits.data() + s * vocab, vocab);
+    if (chunk[owner[s]] > 0) {
+      if (seq.request.keep_prompt_state && on_prompt_state_) on_prompt_state_(r.index, seq.state);
+      if (on_prompt_end_) on_prompt_end_(r.index, row);
     }
     if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {  // max_tokens 0
       done[owner[s]] = FinishReason::kLength;
       continue;
     }
-    const std::span<const float> row(logits.data() + s * vocab, vocab);
     const int32_t id = seq.sampler.Sample(row);
     if (r.ids.empty()) r.first_token_at = now;
     r.ids.push_back(id);
@@ -214,6 +219,30 @@ absl::Status BatchScheduler::Run(const TokenFn& on_token, const DoneFn& on_done,
     if (!*ran) break;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
+                                        const SequenceHooks& hooks) {
+  BatchScheduler scheduler(engine, {.batch = 1,
+                                    .prefill_tokens_per_step = engine.options().prefill_chunk,
+                                    .max_context = engine.options().max_context});
+  if (auto added = scheduler.Add(std::move(request)); !added.ok()) return added.status();
+  StepMetrics since;  // the steps since the last token
+  scheduler.set_step_fn([&](const StepMetrics& step) { since.Add(step); });
+  if (hooks.on_prompt_end) {
+    scheduler.set_prompt_end_fn(
+        [&](size_t, std::span<const float> logits) { hooks.on_prompt_end(logits, since); });
+  }
+  std::optional<BatchResult> result;
+  const absl::Status status = scheduler.Run(
+      [&](size_t, int32_t id, std::span<const float> logits) {
+        if (hooks.on_token) hooks.on_token(id, logits, since);
+        since = {};
+      },
+      [&](BatchResult& done) { result = std::move(done); }, hooks.stop);
+  if (!status.ok()) return status;
+  if (!result.has_value()) return absl::InternalError("the sequence was never reported");
+  return *std::move(result);
 }
 
 }  // namespace k3

@@ -78,6 +78,12 @@ class BatchScheduler {
   using DoneFn = std::function<void(BatchResult& result)>;
   using StopFn = std::function<bool()>;  // polled before each step (Ctrl-C)
   using PromptStateFn = std::function<void(size_t index, const SequenceState& state)>;
+  // Called for every sequence whose prompt has just run, with the logits of its last token,
+  // before anything is sampled from them (also when it samples nothing: max_tokens 0).
+  using PromptEndFn = std::function<void(size_t index, std::span<const float> logits)>;
+  // Called after every engine step with its figures (before the tokens of the step are
+  // sampled).
+  using StepFn = std::function<void(const StepMetrics& step)>;
 
   BatchScheduler(Engine& engine, const BatchOptions& options);
   ~BatchScheduler();
@@ -98,6 +104,8 @@ class BatchScheduler {
   // one with no tokens). Unknown or finished indices are ignored.
   void Cancel(size_t index) { cancelled_.push_back(index); }
   void set_prompt_state_fn(PromptStateFn fn) { on_prompt_state_ = std::move(fn); }
+  void set_prompt_end_fn(PromptEndFn fn) { on_prompt_end_ = std::move(fn); }
+  void set_step_fn(StepFn fn) { on_step_ = std::move(fn); }
 
   size_t waiting() const { return waiting_.size(); }
   size_t live() const;
@@ -115,10 +123,28 @@ class BatchScheduler {
   std::vector<Live> live_;
   std::vector<size_t> cancelled_;
   PromptStateFn on_prompt_state_;
+  PromptEndFn on_prompt_end_;
+  StepFn on_step_;
   std::deque<std::pair<size_t, BatchRequest>> waiting_;
   size_t added_ = 0;
   BatchTotals totals_;
   double started_ = -1;  // steady clock seconds of the first step (-1: none yet)
 };
+
+// What a sequence run alone tells its caller as it goes: `k3 generate`, `k3 chat` and
+// `k3 bench` run their one sequence through the same scheduler loop as a server's batch.
+struct SequenceHooks {
+  // The logits after the prompt, and the figures of the steps that ran it.
+  std::function<void(std::span<const float> logits, const StepMetrics& prompt)> on_prompt_end;
+  // Every sampled token, the logits it was sampled from, and the figures of the steps since
+  // the previous token (the prompt's steps for the first token).
+  std::function<void(int32_t id, std::span<const float> logits, const StepMetrics& steps)> on_token;
+  BatchScheduler::StopFn stop;  // polled before each step (Ctrl-C): ends it as interrupted
+};
+
+// Runs one request as a batch of one (prompt chunks of the engine's prefill_chunk, its
+// max_context): the result, or the error of the first failed step.
+absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
+                                        const SequenceHooks& hooks);
 
 }  // namespace k3

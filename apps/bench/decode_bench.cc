@@ -2,7 +2,6 @@
 #include "apps/bench/decode_bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -12,16 +11,10 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/run_report.h"
-
-ABSL_DECLARE_FLAG(int32_t, tokens);
-ABSL_DECLARE_FLAG(std::string, plot);
+#include "pipeline/batch_scheduler.h"
 
 namespace k3::cli::bench {
 namespace {
-
-int32_t Greedy(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
 
 absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   DecodeSettings s;
@@ -40,10 +33,11 @@ absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   if (!base.ok()) return base.status();
   s.base = *std::move(base);
   s.base.show_progress = false;  // a trunk-load bar per run would bury the benchmark's progress
-  if (s.base.max_context < kPromptTokens + s.tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-context must be at least ",
-                                                   kPromptTokens + s.tokens, " (the ",
-                                                   kPromptTokens, "-token prompt and --tokens)"));
+  // The last token sampled is not decoded, and a sequence ends before it fills the context.
+  if (s.base.max_context <= kPromptTokens + s.tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-context must be at least ", kPromptTokens + s.tokens + 1, " (the ",
+                     kPromptTokens, "-token prompt, --tokens and the token sampled last)"));
   }
   return s;
 }
@@ -130,31 +124,30 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
     row->engine_settings = engine->Settings();
     row->memory_plan = PlanText(*engine);
   }
-  SequenceState state = engine->NewState();
-  std::vector<float> logits;
-  StepMetrics prefill;
-  if (absl::Status st = engine->Prefill(prompt, state, logits, &prefill); !st.ok()) return st;
+  // Greedy through the batch scheduler (a batch of one, as generate runs): `tokens` decode
+  // steps, so one more token is sampled than decoded; the reads are logged from the first.
   DecodeRun run;
-  run.prefill_seconds = prefill.seconds;
-  if (replay) engine->StartReadLog();
   std::vector<double> steps;
-  for (int i = 0; i < tokens; ++i) {
-    if (Interrupted()) return absl::CancelledError("interrupted");
-    StepMetrics step;
-    const auto start = std::chrono::steady_clock::now();
-    run.ids.push_back(Greedy(logits));
-    if (absl::Status st = engine->Decode(run.ids.back(), state, logits, &step); !st.ok()) {
-      return st;
-    }
-    // The engine's own step time when it reports one, else the wall time around the call.
-    if (step.seconds <= 0) {
-      step.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    if (step.tokens == 0) step.tokens = 1;
+  SequenceHooks hooks;
+  hooks.on_prompt_end = [&](std::span<const float>, const StepMetrics& prompt) {
+    run.prefill_seconds = prompt.seconds;
+    if (replay) engine->StartReadLog();
+  };
+  int sampled = 0;
+  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& step) {
+    if (sampled < tokens) run.ids.push_back(id);
+    if (sampled++ == 0) return;  // the first token's figures are the prompt's
     steps.push_back(step.seconds);
     run.decode.Add(step);
-  }
+  };
+  hooks.stop = [] { return Interrupted(); };
+  BatchRequest request;
+  request.prompt = prompt;
+  request.max_tokens = tokens + 1;
+  request.sampler.greedy = true;
+  auto done = RunSequence(*engine, std::move(request), hooks);
+  if (!done.ok()) return done.status();
+  if (done->finish == FinishReason::kInterrupted) return absl::CancelledError("interrupted");
   run.seconds_per_token = Median(steps);
   if (!replay) return run;
   const io::ReadLog log = engine->TakeReadLog();

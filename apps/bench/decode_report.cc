@@ -254,7 +254,7 @@ absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
                                 const std::vector<Volume>& volumes,
                                 const std::vector<std::vector<int32_t>>& prompts,
                                 const DecodeSettings& s, const EngineSetup& setup) {
-  if (const std::string path = absl::GetFlag(FLAGS_out_json); !path.empty()) {
+  if (const std::string path = absl::GetFlag(FLAGS_report_json); !path.empty()) {
     nlohmann::json json = SetupJson("decode", volumes, setup);
     json["settings"] = DecodeSettingsJson(s, prompts);
     json["raw"] = nlohmann::json::array();

@@ -16,11 +16,6 @@
 #include "io/file.h"
 #include "io/read_engine.h"
 
-ABSL_DECLARE_FLAG(int32_t, reads);
-ABSL_DECLARE_FLAG(int32_t, chunk_kib);
-ABSL_DECLARE_FLAG(bool, huge_pages);
-ABSL_DECLARE_FLAG(bool, fio);
-
 namespace k3::cli::bench {
 namespace {
 
@@ -382,7 +377,7 @@ namespace {
 
 absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
                           const EngineSetup& setup) {
-  const std::string json_path = absl::GetFlag(FLAGS_out_json);
+  const std::string json_path = absl::GetFlag(FLAGS_report_json);
   if (!json_path.empty()) {
     const std::string json = ToJson(rows, volumes, setup).dump(2) + "\n";
     absl::Status st = io::WriteFileAtomically(json_path, json);

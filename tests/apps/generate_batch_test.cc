@@ -144,7 +144,7 @@ TEST_F(GenerateBatchTest, CtrlCWritesWhatFinished) {
   const std::string out = testing::ShellQuote(dir_ / "out.jsonl");
   auto r = testing::RunShell("\"$K3\" generate -m " + testing::ShellQuote(dir_ / "m") +
                              " --prompts " + testing::ShellQuote(prompts) +
-                             " --batch 2 --max-context 250000 --ignore-eos --output " + out +
+                             " --batch 2 --max-context 250000 --ignore-eos --out " + out +
                              " & pid=$!; i=0; while [ ! -s " + out +
                              " ] && [ $i -lt 12000 ]; do sleep 0.005; i=$((i+1)); done;"
                              " kill -INT $pid; wait $pid");

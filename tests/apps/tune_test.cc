@@ -43,7 +43,7 @@ TEST_F(TuneTest, RecommendsFlagsFromTheListsWritesThemAndChecksTheTokens) {
   testing::TempDir out;
   auto r = RunK3({"tune", "--model", Model(), "--tokens", "3", "--repeat", "1", "--queue-depth",
                   "1,4", "--prefetch-distance", "0,1", "--prefetch-widths", "0,4",
-                  "--thread-counts", "0,1", "--out-settings", out / "s.json"});
+                  "--thread-counts", "0,1", "--out", out / "s.json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("| setting | value | s/token (median) |"));
   EXPECT_THAT(r.out, HasSubstr("| queue-depth | 4 |"));

@@ -376,5 +376,63 @@ TEST_F(BatchTest, ACancelledRequestEndsAtTheNextStepAndTheOthersAreUnchanged) {
   }
 }
 
+// `k3 generate`, `k3 chat` and `k3 bench` run one sequence through RunSequence (a batch of
+// one): its tokens and logits are those of Prefill then Decode, the prompt's logits come to
+// on_prompt_end (also when nothing is sampled), and each token's figures are the steps since
+// the one before (the whole prompt's for the first token).
+TEST_F(BatchTest, ASequenceRunAloneThroughTheSchedulerMatchesPrefillThenDecode) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Output> alone;
+  const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    SequenceState state = (*engine)->NewState();
+    std::vector<float> prompt_logits;
+    ASSERT_TRUE((*engine)->Prefill(r.prompt, state, prompt_logits).ok());
+    Output run;
+    std::vector<float> seen_prompt_logits;
+    std::vector<int64_t> step_tokens;
+    SequenceHooks hooks;
+    hooks.on_prompt_end = [&](std::span<const float> logits, const StepMetrics& prompt) {
+      seen_prompt_logits.assign(logits.begin(), logits.end());
+      EXPECT_EQ(prompt.tokens, static_cast<int64_t>(r.prompt.size()));
+    };
+    hooks.on_token = [&](int32_t, std::span<const float> logits, const StepMetrics& steps) {
+      run.logits.emplace_back(logits.begin(), logits.end());
+      step_tokens.push_back(steps.tokens);
+    };
+    auto result = RunSequence(**engine, r, hooks);
+    ASSERT_TRUE(result.ok()) << result.status();
+    run.ids = result->ids;
+    run.finish = result->finish;
+    std::map<size_t, Output> one = {{0, run}};
+    ExpectSame({alone[i]}, one, absl::StrCat("request ", i));
+    EXPECT_TRUE(BitIdentical(seen_prompt_logits, prompt_logits)) << "request " << i;
+    for (size_t t = 0; t < step_tokens.size(); ++t) {
+      EXPECT_EQ(step_tokens[t], t == 0 ? static_cast<int64_t>(r.prompt.size()) : 1)
+          << "request " << i << " token " << t;
+    }
+  }
+}
+
+TEST_F(BatchTest, ASequenceRunAloneStopsAsInterruptedWhenAskedBetweenSteps) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  BatchRequest r = Requests()[0];
+  r.keep_final_state = true;
+  int tokens = 0;
+  SequenceHooks hooks;
+  hooks.on_token = [&](int32_t, std::span<const float>, const StepMetrics&) { ++tokens; };
+  hooks.stop = [&] { return tokens == 2; };
+  auto result = RunSequence(**engine, r, hooks);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish, FinishReason::kInterrupted);
+  EXPECT_EQ(result->ids.size(), 2u);
+  ASSERT_TRUE(result->state.has_value());
+  // The last sampled token is not run: the state holds the prompt and the first token.
+  EXPECT_EQ(result->state->position(), static_cast<int64_t>(r.prompt.size()) + 1);
+}
+
 }  // namespace
 }  // namespace k3
