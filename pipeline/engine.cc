@@ -238,7 +238,7 @@ absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
   cache = *std::move(created);
   auto profile = io::ParseStorageProfile(options.storage_profile);
   if (!profile.ok()) return profile.status();
-  io::EngineOptions io_options;
+  io::ReadEngineOptions io_options;
   io_options.queue_depth = options.queue_depth;
   io_options.direct = options.direct_io;
   io_options.profile = *profile;
