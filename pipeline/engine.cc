@@ -23,6 +23,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The refusal of more sequences than the budget holds, naming the most it holds.
+absl::Status TooManySequences(const EngineOptions& o, int asked, int fits, uint64_t state_bytes) {
+  const bool batch = o.sequences_source.empty();
+  return absl::InvalidArgumentError(absl::StrCat(
+      batch ? absl::StrCat("--batch ", asked) : o.sequences_source, ": the budget holds at most ",
+      fits, fits == 1 ? " sequence" : " sequences", " (each needs ",
+      FormatBytes(static_cast<double>(state_bytes)), " of state at --max-context ", o.max_context,
+      "); use ", batch ? absl::StrCat("--batch ", fits) : "fewer",
+      ", a larger budget or a smaller --max-context"));
+}
+
 }  // namespace
 
 // Everything the engine owns, in the order it is built; destroyed users first (~Parts).
@@ -75,6 +86,7 @@ struct Engine::Parts {
   std::unique_ptr<Checkpoint> ckpt;
   std::unique_ptr<TrunkPack> pack;
   MemoryPlan plan;
+  int holds = 0;  // sequences the budget holds, up to kMaxSequences
   int threads = 0;
   int prefetch_width = 0;
   uint64_t prefetch_cap = 0;
@@ -104,6 +116,8 @@ const Checkpoint& Engine::checkpoint() const { return *parts_->ckpt; }
 const ModelConfig& Engine::config() const { return parts_->ckpt->config(); }
 const MemoryPlan& Engine::plan() const { return parts_->plan; }
 const EngineOptions& Engine::options() const { return parts_->options; }
+int Engine::sequences() const { return parts_->plan.sequences; }
+int Engine::sequences_budget_holds() const { return parts_->holds; }
 SequenceState Engine::NewState() const { return SequenceState(config()); }
 
 std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
@@ -275,18 +289,17 @@ absl::Status Engine::Parts::Init(const EngineOptions& asked) {
                                                .slots = options.ring_slots,
                                                .pack = pack.get(),
                                                .threads = options.threads});
-  if (options.sequences < 1) return absl::InvalidArgumentError("--batch must be >= 1");
-  const ModelFootprint footprint = one.WithSequences(options.sequences);
-  auto planned = PlanMemory(footprint, options.memory, AvailableRamBytes());
-  if (!planned.ok() && options.sequences > 1) {
-    const int fits = MaxSequences(one, options.memory, AvailableRamBytes(), options.sequences);
-    if (fits >= 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--batch ", options.sequences, ": the budget holds at most ", fits,
-                       fits == 1 ? " sequence" : " sequences", " (each needs ",
-                       FormatBytes(static_cast<double>(one.state_bytes_per_sequence)),
-                       " of state at --max-context ", options.max_context, "); use --batch ", fits,
-                       ", a larger budget or a smaller --max-context"));
+  const uint64_t ram = AvailableRamBytes();
+  holds = MaxSequences(one, options.memory, ram, kMaxSequences);
+  const int least = options.sequences > 0 ? options.sequences : options.min_sequences;
+  if (options.sequences < 0 || least < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  const int n = options.sequences > 0 ? options.sequences
+                                      : std::max(least, std::min(holds, options.max_sequences));
+  const ModelFootprint footprint = one.WithSequences(n);
+  auto planned = PlanMemory(footprint, options.memory, ram);
+  if (!planned.ok() && n > 1) {
+    if (const int fits = MaxSequences(one, options.memory, ram, n); fits >= 1) {
+      return TooManySequences(options, least, fits, one.state_bytes_per_sequence);
     }
   }
   if (!planned.ok()) return planned.status();

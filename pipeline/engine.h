@@ -34,9 +34,16 @@ struct EngineOptions {
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
   int64_t max_context = 4096;  // sizes the planned sequence state
-  int sequences = 1;           // sequences run at once (a batch): state reserved for each
-  int queue_depth = 32;        // reads in flight
-  int prefetch_distance = 0;   // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
+  // Sequences run at once (a batch, and any states kept beside it): state is reserved for
+  // each. 0: as many as the budget holds beside the model, from min_sequences up to
+  // max_sequences (Engine::sequences() says how many). Fewer than asked are refused with the
+  // most the budget holds, naming the request as `sequences_source` (empty: "--batch N").
+  int sequences = 1;
+  int min_sequences = 1;
+  int max_sequences = kMaxSequences;
+  std::string sequences_source;
+  int queue_depth = 32;       // reads in flight
+  int prefetch_distance = 0;  // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
   // The same for prompt chunks (prefill), which multiply many tokens per expert and so are
   // compute-bound: reading the next layer's likely experts during that compute costs no time.
   int prefill_prefetch_distance = 1;
@@ -67,6 +74,10 @@ class Engine {
   const ModelConfig& config() const;
   const MemoryPlan& plan() const;
   const EngineOptions& options() const;
+  // The sequences planned (EngineOptions::sequences, or what the budget holds), and the most
+  // the budget holds beside the model, counted up to kMaxSequences.
+  int sequences() const;
+  int sequences_budget_holds() const;
   // Every setting in effect, for reports.
   nlohmann::json Settings() const;
   // How the checkpoint is read, one line for under the memory plan: the backend, and O_DIRECT
