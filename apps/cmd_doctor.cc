@@ -83,7 +83,7 @@ std::string Shell(const std::string& s) {
 }
 
 void CheckUring(Findings& f) {
-  io::EngineOptions o;
+  io::ReadEngineOptions o;
   o.backend = io::Backend::kUring;
   o.queue_depth = kReadsInFlight;
   o.notices = false;

@@ -25,7 +25,6 @@ namespace k3::cli {
 namespace {
 
 constexpr char kName[] = "serve";
-constexpr int kMaxBatch = 64;
 constexpr int kDefaultBatch = 8;
 constexpr int kDefaultSavedStates = 4;
 
@@ -34,29 +33,40 @@ struct Shape {
   int saved_states = 0;
 };
 
-// The batch and the saved states: as asked, or what the budget holds beside the model.
-absl::StatusOr<Shape> ChooseShape(const EngineOptions& options) {
-  auto ckpt = Checkpoint::Open(options.model_dir);
-  if (!ckpt.ok()) return ckpt.status();
-  const int holds = SequencesTheBudgetHolds(**ckpt, options, kMaxBatch + kDefaultSavedStates);
+// The sequences the batch and the saved states may take, for the engine to plan: as asked, or
+// what the budget holds beside the model (a batch of up to 8, then up to 4 saved states). More
+// than the budget holds is refused naming the most it holds.
+absl::Status ChooseShape(EngineOptions& options) {
   const int asked_batch = absl::GetFlag(FLAGS_batch);
   const int asked_saved = absl::GetFlag(FLAGS_saved_states);
   if (asked_batch < 0) return absl::InvalidArgumentError("--batch must be >= 0");
   if (asked_saved < -1) return absl::InvalidArgumentError("--saved-states must be >= -1");
-  Shape s;
-  s.batch = asked_batch > 0 ? asked_batch : std::clamp(holds, 1, kDefaultBatch);
-  s.saved_states =
-      asked_saved >= 0 ? asked_saved : std::clamp(holds - s.batch, 0, kDefaultSavedStates);
-  if (s.batch + s.saved_states > holds && (asked_batch > 0 || asked_saved >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch ", s.batch, " and --saved-states ", s.saved_states, ": the budget holds at most ",
-        holds, " sequences beside the model (raise --ram-gb)"));
+  options.sequences = 0;
+  options.min_sequences = std::max(asked_batch, 1) + std::max(asked_saved, 0);
+  options.max_sequences = (asked_batch > 0 ? asked_batch : kDefaultBatch) +
+                          (asked_saved >= 0 ? asked_saved : kDefaultSavedStates);
+  if (asked_saved >= 0) {  // else a refusal names the --batch asked for
+    options.sequences_source =
+        asked_batch > 0 ? absl::StrCat("--batch ", asked_batch, " and --saved-states ", asked_saved)
+                        : absl::StrCat("--saved-states ", asked_saved, " beside a batch of 1");
   }
+  return absl::OkStatus();
+}
+
+// The sequences the engine planned, split into the batch and the saved states.
+Shape ShapeOf(const Engine& engine) {
+  const int planned = engine.sequences();
+  const int asked_batch = absl::GetFlag(FLAGS_batch);
+  const int asked_saved = absl::GetFlag(FLAGS_saved_states);
+  Shape s;
+  s.batch = asked_saved >= 0  ? planned - asked_saved
+            : asked_batch > 0 ? asked_batch
+                              : std::min(planned, kDefaultBatch);
+  s.saved_states = planned - s.batch;
   return s;
 }
 
-absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions& engine,
-                                                             const Shape& shape) {
+absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions& engine) {
   server::ServerOptions o;
   o.host = absl::GetFlag(FLAGS_host);
   o.port = absl::GetFlag(FLAGS_port);
@@ -77,8 +87,6 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions
     if (o.model_id.empty())
       o.model_id = std::filesystem::path(engine.model_dir).parent_path().filename().string();
   }
-  // One thread follows each request in the batch or the queue, and a few answer the rest.
-  o.threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
   o.log_requests = !absl::GetFlag(FLAGS_quiet);
   return o;
 }
@@ -99,24 +107,25 @@ int RunServe(const std::vector<std::string>& positional) {
   if (absl::GetFlag(FLAGS_max_queue) < 0) return UsageError(kName, "--max-queue must be >= 0");
   auto tokenizer = FindTokenizer(options->model_dir, /*required=*/true);
   if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
-  auto shape = ChooseShape(*options);
-  if (!shape.ok()) return ReportError(kName, shape.status());
-  auto server_options = ServerOptionsFromFlags(*options, *shape);
+  if (auto s = ChooseShape(*options); !s.ok()) return ReportError(kName, s);
+  auto server_options = ServerOptionsFromFlags(*options);
   if (!server_options.ok()) return ReportError(kName, server_options.status());
-  options->sequences = shape->batch + shape->saved_states;
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kName, engine.status());
+  const Shape shape = ShapeOf(**engine);
+  // One thread follows each request in the batch or the queue, and a few answer the rest.
+  server_options->threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), *tokenizer);
   if (!stops.ok()) return ReportError(kName, stops.status());
 
   server::ServiceOptions service_options;
-  service_options.batch = {.batch = shape->batch,
+  service_options.batch = {.batch = shape.batch,
                            .prefill_tokens_per_step = options->prefill_chunk,
                            .max_context = options->max_context};
   service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
-  service_options.saved_states = shape->saved_states;
+  service_options.saved_states = shape.saved_states;
   server::GenerationService service(**engine, service_options);
   server::HttpServer http(service, **tokenizer, *stops,
                           static_cast<int>((*engine)->config().vocab_size), *server_options);
@@ -125,8 +134,8 @@ int RunServe(const std::vector<std::string>& positional) {
   std::fprintf(stderr,
                "listening on http://%s:%d (model %s; batch %d, queue %d, saved states "
                "%d, context %lld)%s\n",
-               server_options->host.c_str(), *port, server_options->model_id.c_str(), shape->batch,
-               service_options.max_queue, shape->saved_states,
+               server_options->host.c_str(), *port, server_options->model_id.c_str(), shape.batch,
+               service_options.max_queue, shape.saved_states,
                static_cast<long long>(options->max_context),
                server_options->api_key.empty() ? "" : "; an API key is required");
   // On a signal: the live and waiting requests end first (a stream gets an error event, a

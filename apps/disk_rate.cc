@@ -62,7 +62,7 @@ std::string LargestShard(const Checkpoint& ckpt) {
 absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
   // Declared first so that it outlives the engine, whose destructor waits for reads in flight.
   std::unique_ptr<io::BufferArena> arena;
-  io::EngineOptions o;
+  io::ReadEngineOptions o;
   o.queue_depth = kReadsInFlight;
   o.notices = false;
   auto engine = io::ReadEngine::Create(o);

@@ -155,22 +155,14 @@ json ResultJson(const Item& item, const BatchResult& r, const std::optional<Toke
   return out;
 }
 
-struct BatchChoice {
-  int batch = 1;
-  int holds = 0;  // sequences the budget holds (up to kMaxBatch)
-};
-constexpr int kMaxBatch = 64;
-
-// The batch the flags ask for, or what the budget holds (at most 8, and no more than prompts).
-absl::StatusOr<BatchChoice> ChooseBatch(const Checkpoint& ckpt, const EngineOptions& options,
-                                        size_t prompts) {
+// The batch the flags ask for, or (0) what the budget holds: at most 8, and no more than the
+// prompts. The engine plans it and refuses a --batch beyond what the budget holds.
+absl::Status ChooseBatch(EngineOptions& options, size_t prompts) {
   const int asked = absl::GetFlag(FLAGS_batch);
   if (asked < 0) return absl::InvalidArgumentError("--batch must be >= 0");
-  BatchChoice c;
-  c.holds = SequencesTheBudgetHolds(ckpt, options, kMaxBatch);
-  const int cap = static_cast<int>(std::min<size_t>(kDefaultBatchCap, prompts));
-  c.batch = asked > 0 ? asked : std::max(1, std::min(c.holds, cap));
-  return c;
+  options.sequences = asked;
+  options.max_sequences = static_cast<int>(std::min<size_t>(kDefaultBatchCap, prompts));
+  return absl::OkStatus();
 }
 
 // The experts a layer multiplies per step, on average: the union of the live sequences'
@@ -241,9 +233,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!lines.ok()) return ReportError(kName, lines.status());
   auto tokenizer = FindTokenizer(options.model_dir, NeedsTokenizer(*lines));
   if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
-  auto config = Checkpoint::Open(options.model_dir);
+  auto config = LoadModelConfig(options.model_dir + "/config.json");
   if (!config.ok()) return ReportError(kName, config.status());
-  auto stops = StopIds((*config)->config(), *tokenizer);
+  auto stops = StopIds(*config, *tokenizer);
   if (!stops.ok()) return ReportError(kName, stops.status());
   BatchRequest defaults;
   defaults.max_tokens = absl::GetFlag(FLAGS_n_predict);
@@ -271,18 +263,16 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
                                    ": nothing generated (--bad-lines skip leaves them out)"));
   }
   if (items.empty()) return UsageError(kName, absl::StrCat(path, ": no prompts"));
-  auto choice = ChooseBatch(**config, options, items.size());
-  if (!choice.ok()) return ReportError(kName, choice.status());
-  const int batch = choice->batch;
-  options.sequences = batch;
-  config->reset();
+  if (auto s = ChooseBatch(options, items.size()); !s.ok()) return ReportError(kName, s);
   auto engine = Engine::Open(options);
   if (!engine.ok()) return ReportError(kName, engine.status());
+  const int batch = (*engine)->sequences();
+  const int holds = (*engine)->sequences_budget_holds();
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) {
     std::fprintf(stderr, "%s", PlanText(**engine).c_str());
     std::fprintf(stderr, "batch: %d sequences at once, %zu prompts (the budget holds %s%d)\n",
-                 batch, items.size(), choice->holds == kMaxBatch ? "at least " : "", choice->holds);
+                 batch, items.size(), holds == kMaxSequences ? "at least " : "", holds);
   }
   std::FILE* out = stdout;
   const std::string out_path = absl::GetFlag(FLAGS_out);

@@ -71,11 +71,4 @@ absl::StatusOr<SamplerOptions> ReadSampler() {
   return s;
 }
 
-int SequencesTheBudgetHolds(const Checkpoint& ckpt, const EngineOptions& options, int cap) {
-  const ModelFootprint one =
-      MeasureFootprint(ckpt, options.max_context, options.prefill_chunk,
-                       {.piece_bytes = options.ring_piece_bytes, .slots = options.ring_slots});
-  return MaxSequences(one, options.memory, AvailableRamBytes(), cap);
-}
-
 }  // namespace k3::cli

@@ -9,7 +9,6 @@
 
 #include "absl/status/statusor.h"
 #include "apps/flags.h"
-#include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
@@ -27,9 +26,5 @@ absl::StatusOr<std::optional<Tokenizer>> FindTokenizer(const std::string& model_
 // --stop-id, or none with --ignore-eos, or by default [EOS] and <|end_of_msg|> (MODEL.md 0 Q12).
 absl::StatusOr<std::vector<int32_t>> StopIds(const ModelConfig& config,
                                              const std::optional<Tokenizer>& tokenizer);
-
-// How many sequences (a batch, saved states) the memory flags hold beside the model, at most
-// `cap`: "ultra", the minimum of whatever runs, holds any number (then `cap`).
-int SequencesTheBudgetHolds(const Checkpoint& ckpt, const EngineOptions& options, int cap);
 
 }  // namespace k3::cli

@@ -345,7 +345,7 @@ void ReadEngine::Impl::CancelLocked(RequestState* r, std::vector<Finished>* out)
 ReadEngine::ReadEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ReadEngine::~ReadEngine() = default;
 
-absl::StatusOr<std::unique_ptr<ReadEngine>> ReadEngine::Create(const EngineOptions& options) {
+absl::StatusOr<std::unique_ptr<ReadEngine>> ReadEngine::Create(const ReadEngineOptions& options) {
   if (options.queue_depth < 1) return absl::InvalidArgumentError("queue depth must be at least 1");
   if (options.chunk_bytes < kDirectAlignment || options.chunk_bytes % kDirectAlignment != 0 ||
       options.chunk_bytes > (1u << 30)) {
@@ -404,7 +404,7 @@ int ReadEngine::CancelPrefetches(std::function<bool(uint64_t user_data)> filter)
 
 std::string_view ReadEngine::backend_name() const { return impl_->backend->name(); }
 bool ReadEngine::buffers_registered() const { return impl_->registered_base != nullptr; }
-const EngineOptions& ReadEngine::options() const { return impl_->options; }
+const ReadEngineOptions& ReadEngine::options() const { return impl_->options; }
 
 void ReadEngine::StartLog() {
   AnnotatedMutexLock lock(&impl_->mu);

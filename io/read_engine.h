@@ -84,7 +84,7 @@ struct LoggedRead {
 
 enum class Backend { kAuto, kUring, kPread };
 
-struct EngineOptions {
+struct ReadEngineOptions {
   // Requests (whole reads: one expert, one trunk tensor) in flight at once.
   int queue_depth = 32;
   // Reads are split into chunks of this size (a multiple of 4 KiB), issued as separate
@@ -145,7 +145,7 @@ struct FileInfo {
 
 class ReadEngine {
  public:
-  static absl::StatusOr<std::unique_ptr<ReadEngine>> Create(const EngineOptions& options);
+  static absl::StatusOr<std::unique_ptr<ReadEngine>> Create(const ReadEngineOptions& options);
   // Cancels what is queued, waits for what is in flight (buffers stay in use until then) and
   // delivers Cancelled to pending callbacks; undelivered queued results are dropped.
   ~ReadEngine();
@@ -188,7 +188,7 @@ class ReadEngine {
 
   std::string_view backend_name() const;  // "io_uring" or "pread"
   bool buffers_registered() const;
-  const EngineOptions& options() const;
+  const ReadEngineOptions& options() const;
   EngineStats stats() const;
 
   struct Impl;

@@ -101,7 +101,7 @@ using internal::RequestState;
 using internal::Timed;
 
 struct ReadEngine::Impl : public internal::ChunkSource {
-  explicit Impl(const EngineOptions& o) : options(o) {}
+  explicit Impl(const ReadEngineOptions& o) : options(o) {}
   ~Impl() override { Shutdown(); }
 
   absl::Status Start();
@@ -148,7 +148,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   void LetHeldGo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   static void Deliver(std::vector<Finished>& finished);
 
-  const EngineOptions options;
+  const ReadEngineOptions options;
   std::unique_ptr<internal::Backend> backend;
   int max_requests = 0;
   int max_prefetch = 0;

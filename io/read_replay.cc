@@ -33,7 +33,7 @@ absl::StatusOr<ReplayResult> ReplayReadLog(const ReadLog& log, uint64_t max_buff
   result.concurrency = std::min(slots, std::max(1, log.options.queue_depth));
   auto arena = BufferArena::Create(slot_bytes * slots);
   if (!arena.ok()) return arena.status();
-  EngineOptions options = log.options;
+  ReadEngineOptions options = log.options;
   options.arena = arena->get();
   options.faults = nullptr;
   options.notices = false;  // the run has said what its reads fell back to

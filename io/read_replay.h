@@ -20,7 +20,7 @@ namespace k3::io {
 struct ReadLog {
   std::vector<std::string> paths;  // indexed by LoggedRead::file
   std::vector<LoggedRead> reads;   // in submission order
-  EngineOptions options;           // the run's; arena and faults are not used
+  ReadEngineOptions options;       // the run's; arena and faults are not used
 
   uint64_t bytes() const;
 };

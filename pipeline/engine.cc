@@ -1,78 +1,334 @@
+// Engine::Open: wires the checkpoint, the memory plan, the pinned trunk, the expert cache, the
+// read engine, the streaming expert provider and the trunk streamer into a Model.
 #include "pipeline/engine.h"
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/model.h"
 #include "core/progress.h"
+#include "core/trunk_pack.h"
+#include "pipeline/cache/policy.h"
+#include "pipeline/expert_stream.h"
+#include "pipeline/held_trunk.h"
+#include "pipeline/trunk_stream.h"
 
 namespace k3 {
+namespace {
 
-void StepMetrics::Add(const StepMetrics& o) {
-  tokens += o.tokens;
-  seconds += o.seconds;
-  io_wait_seconds += o.io_wait_seconds;
-  trunk_wait_seconds += o.trunk_wait_seconds;
-  trunk_decode_seconds += o.trunk_decode_seconds;
-  trunk_pieces_decoded_fused += o.trunk_pieces_decoded_fused;
-  trunk_pieces_decoded_whole += o.trunk_pieces_decoded_whole;
-  disk_busy_seconds += o.disk_busy_seconds;
-  expert_demand_bytes += o.expert_demand_bytes;
-  expert_prefetch_used_bytes += o.expert_prefetch_used_bytes;
-  expert_prefetch_wasted_bytes += o.expert_prefetch_wasted_bytes;
-  trunk_bytes += o.trunk_bytes;
-  trunk_pieces_out_of_order += o.trunk_pieces_out_of_order;
-  experts_demand_read += o.experts_demand_read;
-  cache_requests += o.cache_requests;
-  cache_hits += o.cache_hits;
-  prefetch_predicted += o.prefetch_predicted;
-  prefetch_correct += o.prefetch_correct;
-  routed_experts += o.routed_experts;
-  fetch_seconds += o.fetch_seconds;
-  lookahead_seconds += o.lookahead_seconds;
-  expert_compute_seconds += o.expert_compute_seconds;
+using Clock = std::chrono::steady_clock;
+
+// The refusal of more sequences than the budget holds, naming the most it holds.
+absl::Status TooManySequences(const EngineOptions& o, int asked, int fits, uint64_t state_bytes) {
+  const bool batch = o.sequences_source.empty();
+  return absl::InvalidArgumentError(absl::StrCat(
+      batch ? absl::StrCat("--batch ", asked) : o.sequences_source, ": the budget holds at most ",
+      fits, fits == 1 ? " sequence" : " sequences", " (each needs ",
+      FormatBytes(static_cast<double>(state_bytes)), " of state at --max-context ", o.max_context,
+      "); use ", batch ? absl::StrCat("--batch ", fits) : "fewer",
+      ", a larger budget or a smaller --max-context"));
 }
 
-double StepMetrics::hit_rate() const {
-  return cache_requests ? static_cast<double>(cache_hits) / cache_requests : 0;
-}
-double StepMetrics::prefetch_precision() const {
-  return prefetch_predicted ? static_cast<double>(prefetch_correct) / prefetch_predicted : 0;
-}
-double StepMetrics::prefetch_recall() const {
-  return routed_experts ? static_cast<double>(prefetch_correct) / routed_experts : 0;
+}  // namespace
+
+// Everything the engine owns, in the order it is built; destroyed users first (~Parts).
+struct Engine::Parts {
+  ~Parts() {
+    // Order matters: the users of the read engine go first, the memory reads land in last.
+    model.reset();
+    held.reset();
+    streamer.reset();
+    provider.reset();
+    reads.reset();
+    cache.reset();
+  }
+
+  absl::Status Init(const EngineOptions& options);
+  absl::Status OpenReads(const ModelFootprint& footprint);
+  absl::Status LoadPinnedTrunk();
+
+  // Every file the engine reads: the shards, and the trunk pack when there is one.
+  std::vector<io::FileId> FileIds() const {
+    std::vector<io::FileId> ids = shard_files;
+    if (pack != nullptr) ids.push_back(pack_file);
+    return ids;
+  }
+
+  int BufferedFiles() const {
+    const std::vector<io::FileId> ids = FileIds();
+    return static_cast<int>(std::count_if(ids.begin(), ids.end(),
+                                          [&](io::FileId id) { return !reads->file(id).direct; }));
+  }
+
+  // Runs `forward` and adds its figures (time, bytes, stalls, disk busy) to `metrics`.
+  template <typename Fn>
+  absl::Status Measured(size_t tokens, StepMetrics* metrics, Fn forward) {
+    const auto t0 = Clock::now();
+    const double busy0 = disk.seconds();
+    absl::Status s = forward();
+    StepMetrics m;
+    provider->TakeMetrics(m);
+    streamer->TakeMetrics(m);
+    if (held != nullptr) held->TakeMetrics(m);
+    m.tokens = static_cast<int64_t>(tokens);
+    m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    m.disk_busy_seconds = disk.seconds() - busy0;
+    if (metrics != nullptr) metrics->Add(m);
+    return s;
+  }
+
+  EngineOptions options;
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<TrunkPack> pack;
+  MemoryPlan plan;
+  int holds = 0;  // sequences the budget holds, up to kMaxSequences
+  int threads = 0;
+  int prefetch_width = 0;
+  uint64_t prefetch_cap = 0;
+  std::unique_ptr<tbb::global_control> limit;
+  std::unique_ptr<TrunkWeights> trunk;
+  std::unique_ptr<ExpertCache> cache;
+  std::unique_ptr<io::ReadEngine> reads;
+  std::vector<io::FileId> shard_files;
+  io::FileId pack_file = -1;
+  BusyClock disk;
+  std::unique_ptr<StreamingExpertProvider> provider;
+  std::unique_ptr<TrunkStreamer> streamer;
+  std::unique_ptr<HeldTrunk> held;  // pinned matrices held compressed, if any
+  std::unique_ptr<Model> model;
+};
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  auto parts = std::make_unique<Parts>();
+  if (absl::Status s = parts->Init(options); !s.ok()) return s;
+  return std::unique_ptr<Engine>(new Engine(std::move(parts)));
 }
 
-nlohmann::json StepMetrics::ToJson() const {
-  return {{"tokens", tokens},
-          {"seconds", seconds},
-          {"io_wait_seconds", io_wait_seconds},
-          {"trunk_wait_seconds", trunk_wait_seconds},
-          {"trunk_decode_seconds", trunk_decode_seconds},
-          {"trunk_pieces_decoded",
-           {{"fused", trunk_pieces_decoded_fused}, {"whole", trunk_pieces_decoded_whole}}},
-          {"disk_busy_fraction", seconds > 0 ? disk_busy_seconds / seconds : 0},
-          {"bytes_read",
-           {{"expert_demand", expert_demand_bytes},
-            {"expert_prefetch_used", expert_prefetch_used_bytes},
-            {"expert_prefetch_wasted", expert_prefetch_wasted_bytes},
-            {"trunk", trunk_bytes}}},
-          {"trunk_pieces_out_of_order", trunk_pieces_out_of_order},
-          {"experts_demand_read", experts_demand_read},
-          {"time",
-           {{"fetch_seconds", fetch_seconds},
-            {"lookahead_seconds", lookahead_seconds},
-            {"expert_compute_seconds", expert_compute_seconds}}},
-          {"cache", {{"requests", cache_requests}, {"hits", cache_hits}, {"hit_rate", hit_rate()}}},
-          {"prefetch",
-           {{"predicted", prefetch_predicted},
-            {"correct", prefetch_correct},
-            {"precision", prefetch_precision()},
-            {"recall", prefetch_recall()}}}};
+Engine::Engine(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+Engine::~Engine() = default;
+
+const Checkpoint& Engine::checkpoint() const { return *parts_->ckpt; }
+const ModelConfig& Engine::config() const { return parts_->ckpt->config(); }
+const MemoryPlan& Engine::plan() const { return parts_->plan; }
+const EngineOptions& Engine::options() const { return parts_->options; }
+int Engine::sequences() const { return parts_->plan.sequences; }
+int Engine::sequences_budget_holds() const { return parts_->holds; }
+SequenceState Engine::NewState() const { return SequenceState(config()); }
+
+std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
+  return parts_->provider->accuracy();
+}
+
+void Engine::StartReadLog() { parts_->reads->StartLog(); }
+
+io::ReadLog Engine::TakeReadLog() {
+  io::ReadEngine& reads = *parts_->reads;
+  io::ReadLog log{.paths = {}, .reads = reads.TakeLog(), .options = reads.options()};
+  log.options.arena = nullptr;
+  log.options.faults = nullptr;
+  const std::vector<io::FileId> ids = parts_->FileIds();
+  log.paths.resize(*std::max_element(ids.begin(), ids.end()) + 1);
+  for (io::FileId id : ids) log.paths[id] = reads.file(id).path;
+  return log;
+}
+
+nlohmann::json Engine::Settings() const {
+  const EngineOptions& o = parts_->options;
+  const MemoryPlan& plan = parts_->plan;
+  return {{"model", o.model_dir},
+          {"trunk_pack", o.trunk_dir},
+          {"memory", plan.source},
+          {"budget_bytes", plan.budget_bytes},
+          {"cache_bytes", plan.cache_bytes},
+          {"cache_slots", plan.cache_slots},
+          {"pinned_trunk_bytes", plan.pinned_trunk_bytes},
+          {"streamed_layers", plan.streamed_layers()},
+          {"ring_slots", plan.ring_slots},
+          {"ring_piece_bytes", plan.piece_bytes},
+          {"embedding_resident", plan.embedding_resident},
+          {"lm_head_resident", plan.lm_head_resident},
+          {"routers_resident", plan.routers_resident},
+          {"cache_policy", std::string(parts_->cache->policy_name())},
+          {"queue_depth", o.queue_depth},
+          {"prefetch_distance", o.overlap ? o.prefetch_distance : 0},
+          {"prefill_prefetch_distance", o.overlap ? o.prefill_prefetch_distance : 0},
+          {"prefetch_width", parts_->prefetch_width},
+          {"prefetch_cap_bytes", parts_->prefetch_cap},
+          {"threads", parts_->threads},
+          {"overlap", o.overlap},
+          {"prefill_chunk", o.prefill_chunk},
+          {"storage_profile", o.storage_profile},
+          {"io_backend", std::string(parts_->reads->backend_name())},
+          {"direct_io", o.direct_io},
+          {"buffered_files", parts_->BufferedFiles()}};
+}
+
+std::string Engine::DescribeReads() const {
+  const int buffered = parts_->BufferedFiles();
+  const size_t files = parts_->FileIds().size();
+  std::string line =
+      absl::StrCat("  reads                 ", std::string(parts_->reads->backend_name()),
+                   ", queue depth ", parts_->options.queue_depth, ", ");
+  if (buffered == 0) return absl::StrCat(line, "O_DIRECT\n");
+  return absl::StrCat(line, "buffered: the file system refused O_DIRECT for ", buffered, " of ",
+                      files,
+                      " files, so the page cache also holds what is read and the budget is "
+                      "not exact\n");
+}
+
+absl::Status Engine::Prefill(std::span<const int32_t> ids, SequenceState& state,
+                             std::vector<float>& logits, StepMetrics* metrics) {
+  const auto chunk = static_cast<size_t>(parts_->options.prefill_chunk);
+  for (size_t at = 0; at < ids.size(); at += chunk) {
+    const size_t n = std::min(chunk, ids.size() - at);
+    if (auto s = Forward(ids.subspan(at, n), state, false, logits, metrics); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Decode(int32_t id, SequenceState& state, std::vector<float>& logits,
+                            StepMetrics* metrics) {
+  return Forward({&id, 1}, state, false, logits, metrics);
+}
+
+absl::Status Engine::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
+                             std::vector<float>& logits, StepMetrics* metrics) {
+  return parts_->Measured(ids.size(), metrics, [&] {
+    return parts_->model->Forward(ids, state, all_positions, logits);
+  });
+}
+
+absl::Status Engine::Step(std::span<const BatchSegment> segments, std::vector<float>& logits,
+                          StepMetrics* metrics) {
+  size_t tokens = 0;
+  for (const BatchSegment& s : segments) tokens += s.ids.size();
+  return parts_->Measured(tokens, metrics,
+                          [&] { return parts_->model->ForwardBatch(segments, logits); });
+}
+
+absl::Status Engine::Parts::LoadPinnedTrunk() {
+  std::optional<ProgressBar> bar;
+  // One bar per part loaded, created on the first figures (so it knows the total).
+  auto progress = [&](const char* label) {
+    return [&bar, label, this](uint64_t done, uint64_t total) {
+      if (!bar) bar.emplace(label, total, "B", options.show_progress && total > (256u << 20));
+      bar->Update(done);
+    };
+  };
+  if (auto tensors = HeldCompressedTensors(*ckpt, pack.get(), plan); !tensors.empty()) {
+    auto loaded =
+        HeldTrunk::Load(*pack, tensors, *reads, pack_file, progress("loading compressed trunk"));
+    bar.reset();  // finishes it
+    if (!loaded.ok()) return loaded.status();
+    held = *std::move(loaded);
+    streamer->ReportErrorsOf(held.get());
+  }
+  TrunkResidency residency = plan.residency();
+  residency.held = [this](const TensorInfo& t) { return held != nullptr && held->Holds(t); };
+  residency.stream = [this](const TensorInfo& t) {
+    return held != nullptr && held->Holds(t) ? held->Handle(t) : streamer->Handle(t);
+  };
+  auto loaded = LoadTrunkWeights(*ckpt, progress("loading trunk"), residency);
+  bar.reset();
+  if (!loaded.ok()) return loaded.status();
+  trunk = *std::move(loaded);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
+  auto policy = MakePolicy(options.cache_policy.empty() ? kDefaultPolicy : options.cache_policy,
+                           {.capacity = plan.cache_slots,
+                            .num_layers = static_cast<int32_t>(ckpt->config().num_layers)});
+  if (!policy.ok()) return policy.status();
+  auto created = ExpertCache::Create(
+      {.budget_bytes = plan.cache_bytes, .slot_bytes = footprint.expert_slot_bytes},
+      *std::move(policy));
+  if (!created.ok()) return created.status();
+  cache = *std::move(created);
+  auto profile = io::ParseStorageProfile(options.storage_profile);
+  if (!profile.ok()) return profile.status();
+  io::ReadEngineOptions io_options;
+  io_options.queue_depth = options.queue_depth;
+  io_options.direct = options.direct_io;
+  io_options.profile = *profile;
+  io_options.arena = cache->arena();
+  io_options.faults = options.faults;
+  auto engine = io::ReadEngine::Create(io_options);
+  if (!engine.ok()) return engine.status();
+  reads = *std::move(engine);
+  for (const std::string& path : ckpt->shard_paths()) {
+    auto id = reads->OpenFile(path);
+    if (!id.ok()) return id.status();
+    shard_files.push_back(*id);
+  }
+  if (pack != nullptr) {
+    auto id = reads->OpenFile(pack->pack_path());
+    if (!id.ok()) return id.status();
+    pack_file = *id;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Parts::Init(const EngineOptions& asked) {
+  options = asked;
+  auto opened = Checkpoint::Open(options.model_dir);
+  if (!opened.ok()) return opened.status();
+  ckpt = *std::move(opened);
+  if (!options.trunk_dir.empty()) {
+    auto packed = TrunkPack::Open(options.trunk_dir, *ckpt);
+    if (!packed.ok()) return packed.status();
+    pack = *std::move(packed);
+  }
+  const ModelFootprint one = MeasureFootprint(*ckpt, options.max_context, options.prefill_chunk,
+                                              {.piece_bytes = options.ring_piece_bytes,
+                                               .slots = options.ring_slots,
+                                               .pack = pack.get(),
+                                               .threads = options.threads});
+  const uint64_t ram = AvailableRamBytes();
+  holds = MaxSequences(one, options.memory, ram, kMaxSequences);
+  const int least = options.sequences > 0 ? options.sequences : options.min_sequences;
+  if (options.sequences < 0 || least < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  const int n = options.sequences > 0 ? options.sequences
+                                      : std::max(least, std::min(holds, options.max_sequences));
+  const ModelFootprint footprint = one.WithSequences(n);
+  auto planned = PlanMemory(footprint, options.memory, ram);
+  if (!planned.ok() && n > 1) {
+    if (const int fits = MaxSequences(one, options.memory, ram, n); fits >= 1) {
+      return TooManySequences(options, least, fits, one.state_bytes_per_sequence);
+    }
+  }
+  if (!planned.ok()) return planned.status();
+  plan = *std::move(planned);
+  threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  limit =
+      std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
+  if (absl::Status s = OpenReads(footprint); !s.ok()) return s;
+  // The streamer first: the weights hold its handles for what is not resident.
+  auto created =
+      TrunkStreamer::Create(*ckpt, plan, pack.get(), *reads, shard_files, pack_file, disk);
+  if (!created.ok()) return created.status();
+  streamer = *std::move(created);
+  if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
+  streamer->Attach(*trunk);
+  const ModelConfig& config = ckpt->config();
+  prefetch_width = options.prefetch_width > 0 ? options.prefetch_width
+                                              : static_cast<int>(config.num_experts_per_token);
+  prefetch_cap = static_cast<uint64_t>(options.prefetch_cap_fraction * plan.cache_bytes);
+  ExpertStreamOptions stream;
+  stream.overlap = options.overlap;
+  stream.prefetch_distance = options.prefetch_distance;
+  stream.prefill_prefetch_distance = options.prefill_prefetch_distance;
+  stream.prefetch_width = prefetch_width;
+  stream.prefetch_cap_bytes = prefetch_cap;
+  provider = std::make_unique<StreamingExpertProvider>(*ckpt, *trunk, *cache, *reads, shard_files,
+                                                       disk, stream);
+  model = std::make_unique<Model>(config, *trunk, *provider, *streamer);
+  return absl::OkStatus();
 }
 
 }  // namespace k3

@@ -36,7 +36,7 @@
 #include "io/read_engine.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/cache/expert_cache.h"
-#include "pipeline/engine.h"
+#include "pipeline/step_metrics.h"
 
 namespace k3 {
 

@@ -24,7 +24,7 @@
 #include "core/trunk_pack.h"
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
-#include "pipeline/engine.h"
+#include "pipeline/step_metrics.h"
 
 namespace k3 {
 

@@ -176,6 +176,10 @@ const std::vector<std::string>& MemoryPresetNames();
 absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& footprint, const MemoryRequest& request,
                                       uint64_t available_ram_bytes);
 
+// The most sequences planned at once (a batch and the states kept beside it), and the most
+// MaxSequences counts for a report ("at least" this many when the budget holds more).
+inline constexpr int kMaxSequences = 64;
+
 // The most sequences (up to `cap`) whose state the request's budget holds beside the minimum
 // of everything else: 0 when not even one fits. An explicit --trunk-gb/--cache-gb split adds
 // the state on top of its parts, so it holds `cap`.

@@ -29,7 +29,7 @@
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
 #include "pipeline/busy_clock.h"
-#include "pipeline/engine.h"
+#include "pipeline/step_metrics.h"
 #include "pipeline/memory_plan.h"
 
 namespace k3 {

@@ -201,7 +201,7 @@ absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
                                                            const io::StorageProfile& profile,
                                                            int depth,
                                                            const io::BufferArena& arena) {
-  io::EngineOptions o;
+  io::ReadEngineOptions o;
   o.queue_depth = depth;
   o.profile = profile;
   o.arena = &arena;

@@ -54,7 +54,7 @@ struct Setup {
 Setup MakeSetup(Backend backend, int depth, size_t arena_bytes) {
   Setup s;
   s.arena = *BufferArena::Create(arena_bytes);
-  EngineOptions o;
+  ReadEngineOptions o;
   o.backend = backend;
   o.queue_depth = depth;
   o.direct = false;  // the page cache answers: what is left is the engine's overhead

@@ -4,7 +4,7 @@
 # (docs/BENCHMARKS.md) is replayed with the cores idle, so where the loaded figure falls well
 # below the idle one, no run that computes while it reads can reach that floor: the volume (a
 # virtual disk whose host copies the data on the cores the guest computes on, for instance)
-# slows down, not the engine (docs/PERFORMANCE.md, "Measured 2026-12-04 (evening)").
+# slows down, not the engine (docs/PERFORMANCE.md, "The disk under load").
 #
 # Usage: bench/io/under_load.sh K3_BENCH_FLAGS...
 #   env: BUILD (build), REPEAT (3), BUSY (the number of busy loops: nproc)

@@ -52,7 +52,7 @@ TEST(FallbackTest, EnvironmentForcesThePreadBackend) {
   k3::testing::TempDir dir;
   TestFile file = MakeFile(dir / "a.bin", 600000);
   ScopedEnv env("K3_IO_BACKEND", "pread");
-  EngineOptions o;
+  ReadEngineOptions o;
   o.notices = false;
   auto engine = ReadEngine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -62,7 +62,7 @@ TEST(FallbackTest, EnvironmentForcesThePreadBackend) {
 
 TEST(FallbackTest, EnvironmentMustNameABackend) {
   ScopedEnv env("K3_IO_BACKEND", "carrier-pigeon");
-  EXPECT_EQ(ReadEngine::Create(EngineOptions{}).status().code(),
+  EXPECT_EQ(ReadEngine::Create(ReadEngineOptions{}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -83,10 +83,10 @@ bool ForbidIoUring() {
 // pread threads with a notice, an explicit io_uring request fails.
 void RunWithoutIoUring(const std::string& path) {
   if (!ForbidIoUring()) std::exit(3);
-  EngineOptions explicit_uring;
+  ReadEngineOptions explicit_uring;
   explicit_uring.backend = Backend::kUring;
   if (ReadEngine::Create(explicit_uring).ok()) std::exit(4);
-  auto engine = ReadEngine::Create(EngineOptions{});
+  auto engine = ReadEngine::Create(ReadEngineOptions{});
   if (!engine.ok() || (*engine)->backend_name() != "pread") std::exit(5);
   auto f = (*engine)->OpenFile(path);
   auto arena = BufferArena::Create(1 << 20);
@@ -120,14 +120,14 @@ TEST(FallbackTest, TmpfsReadsRightWhetherOrNotItTakesODirect) {
   const std::string path = "/dev/shm/k3-io-test-" + std::to_string(::getpid());
   TestFile file = MakeFile(path, 700000, 5);
   {
-    EngineOptions o;
+    ReadEngineOptions o;
     o.notices = false;
     auto engine = ReadEngine::Create(o);
     ASSERT_TRUE(engine.ok());
     ExpectReadsRight(**engine, file);  // Linux >= 6.6 accepts O_DIRECT on tmpfs, older refuse
   }
   for (Backend backend : {Backend::kUring, Backend::kPread}) {
-    EngineOptions o;
+    ReadEngineOptions o;
     o.backend = backend;
     o.notices = false;
     o.faults = std::make_shared<FaultPlan>();
@@ -143,7 +143,7 @@ TEST(FallbackTest, TmpfsReadsRightWhetherOrNotItTakesODirect) {
 }
 
 void OpenRefusingDirect(const std::string& path) {
-  EngineOptions o;
+  ReadEngineOptions o;
   o.faults = std::make_shared<FaultPlan>();
   o.faults->RefuseDirect();
   auto engine = ReadEngine::Create(o);

@@ -30,8 +30,8 @@ class FaultsTest : public ::testing::TestWithParam<Backend> {
     arena_ = MakeArena(2 << 20);
   }
 
-  EngineOptions Options() {
-    EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions Options() {
+    ReadEngineOptions o = OptionsFor(GetParam());
     o.chunk_bytes = 64 << 10;
     o.queue_depth = 1;
     o.chunks_per_request = 1;  // one attempt at a time: attempt numbers are deterministic
@@ -75,7 +75,7 @@ TEST_P(FaultsTest, EintrAndEagainAreRetried) {
 
 TEST_P(FaultsTest, ShortReadsAreResubmittedForTheRest) {
   faults_->ShortReads(5000);  // every attempt: more than a block, not block-aligned
-  EngineOptions o = Options();
+  ReadEngineOptions o = Options();
   o.queue_depth = 4;
   o.chunks_per_request = 4;
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
@@ -85,7 +85,7 @@ TEST_P(FaultsTest, ShortReadsAreResubmittedForTheRest) {
 
 TEST_P(FaultsTest, TinyShortReadsOnABufferedFileStillProgress) {
   faults_->ShortReads(777);
-  EngineOptions o = Options();
+  ReadEngineOptions o = Options();
   o.direct = false;  // buffered reads may resume at any byte
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
   EXPECT_TRUE(ReadAndCheck(*engine, 5, 100000).ok());
@@ -114,7 +114,7 @@ TEST_P(FaultsTest, PermanentErrorNamesFileAndOffset) {
 
 TEST_P(FaultsTest, PermanentErrorOnOneReadLeavesOthersIntact) {
   faults_->FailAtOffset(65536 * 5, EBADMSG);  // not retryable: fails at once
-  EngineOptions o = Options();
+  ReadEngineOptions o = Options();
   o.queue_depth = 4;
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
   auto f = engine->OpenFile(file_.path);
@@ -150,7 +150,7 @@ TEST_P(FaultsTest, SlowReadsArriveLateButRight) {
   // Four requests of three chunks each go to the device together, not one slow read after
   // another: the plan keeps each chunk there, and all twelve are there at once.
   faults_->Hold(1, 12);
-  EngineOptions o = Options();
+  ReadEngineOptions o = Options();
   o.queue_depth = 4;
   o.chunks_per_request = 8;
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
@@ -194,7 +194,7 @@ TEST_P(FaultsTest, HeldReadsStayInFlightUntilReleased) {
 
 TEST_P(FaultsTest, EinvalFromADirectReadFallsBackToBufferedReads) {
   faults_->FailAttempts(1, 1, EINVAL);
-  EngineOptions o = Options();
+  ReadEngineOptions o = Options();
   o.notices = false;
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
   auto f = engine->OpenFile(file_.path);

@@ -60,8 +60,8 @@ inline bool SameBytes(const TestFile& f, uint64_t offset, std::span<const uint8_
   return std::equal(data.begin(), data.end(), f.bytes.begin() + static_cast<ptrdiff_t>(offset));
 }
 
-inline EngineOptions OptionsFor(Backend backend) {
-  EngineOptions o;
+inline ReadEngineOptions OptionsFor(Backend backend) {
+  ReadEngineOptions o;
   o.backend = backend;
   o.notices = false;
   return o;

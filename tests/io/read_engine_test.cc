@@ -32,7 +32,7 @@ class ReadEngineTest : public ::testing::TestWithParam<Backend> {
 };
 
 TEST_P(ReadEngineTest, ArbitraryRangesMatchTheFile) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 8;
   o.chunk_bytes = 64 << 10;
   auto arena = MakeArena(64 << 20);
@@ -94,7 +94,7 @@ TEST_P(ReadEngineTest, ReadsUpToTheUnalignedEndOfTheFile) {
 }
 
 TEST_P(ReadEngineTest, SplitsLongReadsIntoChunks) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.chunk_bytes = 16 << 10;
   o.chunks_per_request = 4;
   K3_CREATE_ENGINE_OR_SKIP(engine, o);
@@ -117,7 +117,7 @@ TEST_P(ReadEngineTest, SplitsLongReadsIntoChunks) {
 // queued: the depth is the number of requests in flight, reached and never passed.
 TEST_P(ReadEngineTest, QueueDepthBoundsRequestsInFlight) {
   for (int depth : {1, 32}) {
-    EngineOptions o = OptionsFor(GetParam());
+    ReadEngineOptions o = OptionsFor(GetParam());
     o.queue_depth = depth;
     o.faults = std::make_shared<FaultPlan>();
     o.faults->Hold(1, depth);
@@ -146,7 +146,7 @@ TEST_P(ReadEngineTest, QueueDepthBoundsRequestsInFlight) {
 // by priority, not by arrival: the demand read submitted last goes next, the trunk read after
 // it, the other prefetches last and in the order they came.
 TEST_P(ReadEngineTest, DemandJumpsAheadOfQueuedPrefetches) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 1;
   o.faults = std::make_shared<FaultPlan>();
   o.faults->Hold(1, 1);
@@ -182,7 +182,7 @@ TEST_P(ReadEngineTest, DemandJumpsAheadOfQueuedPrefetches) {
 // The demand read cannot be admitted until the prefetch ends, so the prefetch's remaining
 // chunks must still go out (holding them back for the queued demand read deadlocked both).
 TEST_P(ReadEngineTest, ADemandReadQueuedBehindAPrefetchHoldingTheOnlySlotLetsItFinish) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 1;
   o.chunk_bytes = 64 << 10;
   o.chunks_per_request = 1;
@@ -213,7 +213,7 @@ TEST_P(ReadEngineTest, ADemandReadQueuedBehindAPrefetchHoldingTheOnlySlotLetsItF
 }
 
 TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 4;  // at most 2 prefetches in flight
   o.faults = std::make_shared<FaultPlan>();
   o.faults->Hold(1, 2);  // the two prefetches admitted first stay at the device
@@ -245,7 +245,7 @@ TEST_P(ReadEngineTest, PrefetchesNeverTakeEverySlot) {
 // Guesses use the disk's idle time: at most max_prefetch_chunks of their chunks are at the
 // device, and a demand read submitted behind a long backlog of them is served first.
 TEST_P(ReadEngineTest, PrefetchChunksAreCappedAndYieldToDemand) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 8;
   o.chunk_bytes = 16 << 10;
   o.chunks_per_request = 8;
@@ -280,7 +280,7 @@ TEST_P(ReadEngineTest, PrefetchChunksAreCappedAndYieldToDemand) {
 }
 
 TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 1;
   o.max_prefetch_in_flight = 1;
   o.faults = std::make_shared<FaultPlan>();
@@ -310,7 +310,7 @@ TEST_P(ReadEngineTest, CancelsQueuedAndInFlightPrefetches) {
 }
 
 TEST_P(ReadEngineTest, CancelPrefetchesByUserData) {
-  EngineOptions o = OptionsFor(GetParam());
+  ReadEngineOptions o = OptionsFor(GetParam());
   o.queue_depth = 1;
   o.faults = std::make_shared<FaultPlan>();
   o.faults->Hold(1, 1);  // the first guess stays in flight: none completes before the cancel
@@ -447,7 +447,7 @@ TEST_P(ReadEngineTest, ShutdownWithReadsInFlightCancelsThem) {
   auto arena = MakeArena(32 * 8192);
   std::atomic<int> cancelled{0};
   {
-    EngineOptions o = OptionsFor(GetParam());
+    ReadEngineOptions o = OptionsFor(GetParam());
     o.queue_depth = 2;
     o.faults = std::make_shared<FaultPlan>();
     o.faults->Hold(1, -1);  // never released: the engine's shutdown lets them go

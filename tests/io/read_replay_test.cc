@@ -41,7 +41,7 @@ void ReadAll(ReadEngine& engine, FileId f, const BufferArena& arena, int first, 
 }
 
 TEST_F(ReadReplayTest, TheLogHoldsTheReadsDeliveredWhileItRecordedInTheOrderAsked) {
-  EngineOptions o = OptionsFor(Backend::kPread);
+  ReadEngineOptions o = OptionsFor(Backend::kPread);
   auto faults = std::make_shared<FaultPlan>();
   faults->FailAtOffset(3 * (300ull << 10) + 10, EINVAL);  // read 3 fails for good
   o.faults = faults;

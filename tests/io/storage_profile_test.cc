@@ -154,7 +154,7 @@ class ProfileAccuracyTest : public ::testing::Test {
   std::unique_ptr<ReadEngine> Engine(const std::string& spec, int depth) {
     auto profile = ParseStorageProfile(spec);
     EXPECT_TRUE(profile.ok());
-    EngineOptions o;
+    ReadEngineOptions o;
     o.profile = *profile;
     o.queue_depth = depth;
     o.direct = false;

@@ -36,6 +36,24 @@ class BatchTest : public ::k3::testing::TinyModelSuite {
     return o;
   }
 
+  // The footprint of one sequence with Options(), as the engine measures it.
+  static ModelFootprint OneSequence() {
+    auto ckpt = Checkpoint::Open(Options().model_dir);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    return ckpt.ok() ? MeasureFootprint(**ckpt, Options().max_context, Options().prefill_chunk)
+                     : ModelFootprint();
+  }
+
+  // Options whose budget holds two sequences' state and buffers beside the minimum, not three.
+  static EngineOptions RoomForTwo(const ModelFootprint& one) {
+    auto minimum = PlanMemory(one, {.preset = "ultra"}, 0);
+    EXPECT_TRUE(minimum.ok()) << minimum.status();
+    const uint64_t per = one.state_bytes_per_sequence + one.buffer_bytes_per_sequence;
+    EngineOptions o = Options();
+    o.memory.ram_gb = ((minimum.ok() ? minimum->minimum_bytes : 0) + per * 3 / 2) / 1e9;
+    return o;
+  }
+
   // Requests of different lengths, limits and samplers; one stops at a stop id (chosen from
   // its own run alone), one at the context, one samples nothing.
   static std::vector<BatchRequest> Requests() {
@@ -234,15 +252,8 @@ TEST_F(BatchTest, AStepReadsTheTrunkOnceForEverySequence) {
 }
 
 TEST_F(BatchTest, ABatchBeyondTheBudgetIsRefusedNamingTheMaximum) {
-  auto ckpt = Checkpoint::Open(Options().model_dir);
-  ASSERT_TRUE(ckpt.ok());
-  const ModelFootprint one = MeasureFootprint(**ckpt, Options().max_context, 4);
-  auto minimum = PlanMemory(one, {.preset = "ultra"}, 0);
-  ASSERT_TRUE(minimum.ok());
-  // Room for two sequences' state and buffers beside the minimum, not three.
-  const uint64_t per = one.state_bytes_per_sequence + one.buffer_bytes_per_sequence;
-  EngineOptions o = Options();
-  o.memory.ram_gb = (minimum->minimum_bytes + per * 3 / 2) / 1e9;
+  const ModelFootprint one = OneSequence();
+  EngineOptions o = RoomForTwo(one);
   EXPECT_EQ(MaxSequences(one, o.memory, 0, 64), 2);
   o.sequences = 2;
   auto fits = Engine::Open(o);
@@ -256,6 +267,37 @@ TEST_F(BatchTest, ABatchBeyondTheBudgetIsRefusedNamingTheMaximum) {
   EXPECT_NE(refused.status().message().find("--batch 5: the budget holds at most 2 sequences"),
             std::string::npos)
       << refused.status();
+}
+
+// Without a count the engine plans what the budget holds (up to max_sequences) with the
+// footprint it runs with, and says both; a least count beyond it is refused naming the most.
+TEST_F(BatchTest, TheEnginePlansAsManySequencesAsTheBudgetHolds) {
+  EngineOptions o = RoomForTwo(OneSequence());
+  o.sequences = 0;
+  for (int cap : {1, 8}) {
+    o.max_sequences = cap;
+    auto engine = Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->sequences(), std::min(cap, 2));
+    EXPECT_EQ((*engine)->plan().sequences, std::min(cap, 2));
+    EXPECT_EQ((*engine)->sequences_budget_holds(), 2);
+  }
+  o.min_sequences = 3;
+  o.sequences_source = "--saved-states 2 beside a batch of 1";
+  auto refused = Engine::Open(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "--saved-states 2 beside a batch of 1: the budget holds at most 2 sequences"),
+            std::string::npos)
+      << refused.status();
+  // "ultra" is the minimum of whatever runs: it holds any number, counted up to the cap.
+  o.memory = {.preset = "ultra"};
+  o.min_sequences = 1;
+  auto ultra = Engine::Open(o);
+  ASSERT_TRUE(ultra.ok()) << ultra.status();
+  EXPECT_EQ((*ultra)->sequences(), 8);
+  EXPECT_EQ((*ultra)->sequences_budget_holds(), kMaxSequences);
 }
 
 // Interrupted between steps: the live sequences end as interrupted with what they had (a

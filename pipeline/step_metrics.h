@@ -1,0 +1,57 @@
+// What a run of the engine measures: the figures of its steps (StepMetrics, summed over calls)
+// and how well the lookahead predicted the experts (PrefetchAccuracy).
+#pragma once
+
+#include <cstdint>
+
+#include "nlohmann/json.hpp"
+
+namespace k3 {
+
+// Figures of one Forward call (a prefill chunk or a decode step), or sums of several.
+struct StepMetrics {
+  int64_t tokens = 0;
+  double seconds = 0;
+  double io_wait_seconds = 0;       // compute stopped, waiting for bytes (experts or trunk)
+  double trunk_wait_seconds = 0;    // the part of it spent waiting for trunk pieces or rows
+  double trunk_decode_seconds = 0;  // decoding compressed trunk pieces (sum over threads)
+  // Where compressed pieces were decoded: in the product, block by block as it multiplies
+  // (fused), or whole, for a row-by-row user (MLA's kv_b).
+  uint64_t trunk_pieces_decoded_fused = 0;
+  uint64_t trunk_pieces_decoded_whole = 0;
+  double disk_busy_seconds = 0;  // at least one read in flight
+  uint64_t expert_demand_bytes = 0;
+  uint64_t expert_prefetch_used_bytes = 0;    // prefetched, then demanded
+  uint64_t expert_prefetch_wasted_bytes = 0;  // prefetched, evicted or dropped unused
+  uint64_t trunk_bytes = 0;
+  // Trunk pieces asked for before the ring had read them ahead (0 in a healthy run).
+  uint64_t trunk_pieces_out_of_order = 0;
+  uint64_t experts_demand_read = 0;  // expert reads issued by demand
+  uint64_t cache_requests = 0;       // demanded experts
+  uint64_t cache_hits = 0;           // already resident (prefetched or cached)
+  uint64_t prefetch_predicted = 0;   // predictions checked against the truth
+  uint64_t prefetch_correct = 0;
+  uint64_t routed_experts = 0;  // demanded experts the predictions are scored on
+  // Where the time goes, beside the stall: issuing reads (cache lookups, waits for a free
+  // slot), running the lookahead routers, and multiplying experts (busy time of the experts'
+  // flow-graph nodes, any thread).
+  double fetch_seconds = 0;
+  double lookahead_seconds = 0;
+  double expert_compute_seconds = 0;
+
+  void Add(const StepMetrics& other);
+  double hit_rate() const;
+  double prefetch_precision() const;
+  double prefetch_recall() const;
+  nlohmann::json ToJson() const;
+};
+
+// Prediction quality at one lookahead distance, over the run so far.
+struct PrefetchAccuracy {
+  int distance = 0;
+  uint64_t predicted = 0, correct = 0, actual = 0;
+  double precision() const { return predicted ? double(correct) / predicted : 0; }
+  double recall() const { return actual ? double(correct) / actual : 0; }
+};
+
+}  // namespace k3
