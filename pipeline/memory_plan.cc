@@ -259,7 +259,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     }
   }
   // An aligned read of a piece starts up to one block before it; F16 pieces are widened to fp32
-  // beside the slot, compressed ones decoded beside it.
+  // beside the slot; compressed ones decode into ring_decode_bytes.
   f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
   if (widened) f.ring_slot_bytes += 2 * largest_piece;
   // The scratch is thread_local: the compute threads and the thread that calls the engine.
