@@ -15,7 +15,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "apps/bench/decode_bench.h"
-#include "apps/bench/raw_bench.h"
 #include "apps/cli.h"
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
@@ -24,6 +23,7 @@
 #include "apps/settings_file.h"
 #include "apps/tune/tune_sweep.h"
 #include "core/config.h"
+#include "core/median.h"
 #include "io/file.h"
 #include "io/storage_profile.h"
 
@@ -97,10 +97,10 @@ void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
     }
     double before = 0;
     for (const tune::Trial& t : d.trials) {
-      if (t.value == d.before) before = bench::Median(t.seconds_per_token);
+      if (t.value == d.before) before = Median(t.seconds_per_token);
     }
     for (const tune::Trial& t : d.trials) {
-      const double m = bench::Median(t.seconds_per_token);
+      const double m = Median(t.seconds_per_token);
       const auto [lo, hi] =
           std::minmax_element(t.seconds_per_token.begin(), t.seconds_per_token.end());
       std::string note = t.value == d.chosen ? "chosen" : "";
@@ -142,12 +142,12 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
                 100 * tune::kMargin);
   } else {
     const auto [lo, hi] = std::minmax_element(r.pair_ratios.begin(), r.pair_ratios.end());
-    const double ratio = bench::Median(r.pair_ratios);
+    const double ratio = Median(r.pair_ratios);
     std::printf(
         "confirming run: %.2fx the defaults' speed (median of %zu alternating pairs, pairs "
         "%.2fx-%.2fx): defaults %s s/token, the pick %s s/token\n",
-        ratio, r.pair_ratios.size(), *lo, *hi, Sig3(bench::Median(r.default_seconds)).c_str(),
-        Sig3(bench::Median(r.best_seconds)).c_str());
+        ratio, r.pair_ratios.size(), *lo, *hi, Sig3(Median(r.default_seconds)).c_str(),
+        Sig3(Median(r.best_seconds)).c_str());
     if (r.pick_rejected) {
       std::printf("the sweep's pick was not faster when confirmed: the defaults stay\n");
     }

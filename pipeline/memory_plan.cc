@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/proc_fields.h"
 #include "core/progress.h"
 #include "core/tensor_names.h"
 #include "core/trunk_codec.h"
@@ -478,15 +477,6 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
   return plan;
 }
 
-uint64_t AvailableRamBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
+uint64_t AvailableRamBytes() { return MeminfoBytes("MemAvailable"); }
 
 }  // namespace k3

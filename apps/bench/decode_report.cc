@@ -9,6 +9,7 @@
 #include "apps/bench/bench_plot.h"
 #include "apps/bench/decode_bench.h"
 #include "apps/flags.h"
+#include "core/median.h"
 #include "io/file.h"
 
 namespace k3::cli::bench {

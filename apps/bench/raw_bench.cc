@@ -278,13 +278,6 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::vector<std::string>& val
 
 }  // namespace
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 absl::StatusOr<Volume> LoadVolume(const std::string& dir) {
   Volume v;
   v.dir = dir;
