@@ -21,6 +21,7 @@
 #include "apps/flags.h"
 #include "apps/run_report.h"
 #include "apps/settings_file.h"
+#include "apps/tables.h"
 #include "apps/tune/tune_sweep.h"
 #include "core/config.h"
 #include "core/median.h"
@@ -87,12 +88,12 @@ using bench::Sig3;
 
 void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
                 const std::vector<tune::Dimension>& dims) {
-  std::printf("| setting | value | s/token (median) | min-max | runs | x the value before | |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  MarkdownTable table(
+      {"setting", "value", "s/token (median)", "min-max", "runs", "x the value before", ""});
   for (const tune::DimensionResult& d : r.dimensions) {
     if (!d.skipped.empty()) {
-      std::printf("| %s | %d | - | - | 0 | - | skipped: %s |\n", d.flag.c_str(), d.before,
-                  d.skipped.c_str());
+      table.AddRow({d.flag, absl::StrCat(d.before), "-", "-", "0", "-",
+                    absl::StrCat("skipped: ", d.skipped)});
       continue;
     }
     double before = 0;
@@ -107,11 +108,12 @@ void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
       if (t.value == tune::ValueOf(defaults, dims, d.flag)) {
         note += note.empty() ? "default" : ", default";
       }
-      std::printf("| %s | %d | %s | %s-%s | %zu | %s | %s |\n", d.flag.c_str(), t.value,
-                  Sig3(m).c_str(), Sig3(*lo).c_str(), Sig3(*hi).c_str(), t.seconds_per_token.size(),
-                  before > 0 ? absl::StrFormat("%.2f", before / m).c_str() : "-", note.c_str());
+      table.AddRow({d.flag, absl::StrCat(t.value), Sig3(m), absl::StrCat(Sig3(*lo), "-", Sig3(*hi)),
+                    absl::StrCat(t.seconds_per_token.size()),
+                    before > 0 ? absl::StrFormat("%.2f", before / m) : "-", note});
     }
   }
+  std::fputs(table.text().c_str(), stdout);
 }
 
 std::map<std::string, std::string> Flags(const EngineOptions& o,
