@@ -305,7 +305,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
                                   static_cast<uint64_t>(c.num_experts_per_token) *
                                       (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
                                   static_cast<uint64_t>(c.num_experts));
-  if (const TensorInfo* e = ckpt.Find(ckpt.names().Global("model.embed_tokens.weight"))) {
+  if (const TensorInfo* e = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding))) {
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
   const uint64_t embedding_row = f.embedding_row_bytes;
