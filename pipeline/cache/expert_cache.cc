@@ -191,11 +191,6 @@ absl::StatusOr<int32_t> ExpertCache::TakeSlot() {
   return slot;
 }
 
-bool ExpertCache::Filling(const ExpertKey& key) const {
-  auto it = index_.find(key);
-  return it != index_.end() && slots_[it->second].state == SlotState::kFilling;
-}
-
 absl::Status ExpertCache::NoSlotError() const {
   return absl::ResourceExhaustedError(absl::StrCat(
       "expert cache: all ", num_slots_, " slots are pinned or being filled (", pinned_slots_,

@@ -150,7 +150,6 @@ class ExpertCache {
   // slot is pinned or being filled; Internal when the policy names a key it may not evict.
   absl::StatusOr<int32_t> TakeSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Filling(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NoSlotError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int32_t> FindFilling(const ExpertKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
