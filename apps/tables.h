@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +48,7 @@ class CsvTable {
  public:
   explicit CsvTable(const std::vector<std::string>& columns) { AddRow(columns); }
 
-  static std::string Text(std::string_view s) {
+  static std::string Text(const std::string& s) {
     return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
   }
 

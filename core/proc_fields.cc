@@ -14,8 +14,8 @@ uint64_t ProcField(const std::string& path, std::string_view field) {
   while (std::getline(in, line)) {
     const size_t colon = line.find(':');
     if (colon == std::string::npos || std::string_view(line).substr(0, colon) != field) continue;
-    const std::pair<std::string_view, std::string_view> value_unit =
-        absl::StrSplit(absl::StripAsciiWhitespace(std::string_view(line).substr(colon + 1)),
+    const std::pair<absl::string_view, absl::string_view> value_unit =
+        absl::StrSplit(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)),
                        absl::MaxSplits(' ', 1));
     uint64_t value = 0;
     if (!absl::SimpleAtoi(value_unit.first, &value)) return 0;

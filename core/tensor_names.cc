@@ -35,17 +35,17 @@ namespace {
 
 // "<prefix>model.layers.<L>.<suffix>"; a routed expert's suffix is "block_sparse_moe.experts.
 // <E>.<part>".
-constexpr std::string_view kLayers = "model.layers.";
-constexpr std::string_view kExperts = ".block_sparse_moe.experts.";
+constexpr char kLayers[] = "model.layers.";
+constexpr char kExperts[] = ".block_sparse_moe.experts.";
 
 }  // namespace
 
 std::string TensorNames::Global(std::string_view suffix) const {
-  return absl::StrCat(prefix_, suffix);
+  return absl::StrCat(prefix_, std::string(suffix));
 }
 
 std::string TensorNames::Layer(int64_t layer, std::string_view suffix) const {
-  return absl::StrCat(prefix_, kLayers, layer, ".", suffix);
+  return absl::StrCat(prefix_, kLayers, layer, ".", std::string(suffix));
 }
 
 std::string TensorNames::Expert(int64_t layer, int64_t expert, int part) const {

@@ -45,59 +45,59 @@ const char* TensorGroupName(TensorGroup group);
 // TensorNames::Global) and those of a layer (for TensorNames::Layer), without the prefix.
 namespace tensor_name {
 
-inline constexpr std::string_view kReleasePrefix = "language_model.";
+inline constexpr char kReleasePrefix[] = "language_model.";
 
-inline constexpr std::string_view kEmbedding = "model.embed_tokens.weight";
-inline constexpr std::string_view kFinalNorm = "model.norm.weight";
-inline constexpr std::string_view kOutputResNorm = "model.output_attn_res_norm.weight";
-inline constexpr std::string_view kOutputResProj = "model.output_attn_res_proj.weight";
-inline constexpr std::string_view kLmHead = "lm_head.weight";
+inline constexpr char kEmbedding[] = "model.embed_tokens.weight";
+inline constexpr char kFinalNorm[] = "model.norm.weight";
+inline constexpr char kOutputResNorm[] = "model.output_attn_res_norm.weight";
+inline constexpr char kOutputResProj[] = "model.output_attn_res_proj.weight";
+inline constexpr char kLmHead[] = "lm_head.weight";
 
 // Every layer: its norms and AttnRes projections.
-inline constexpr std::string_view kInputNorm = "input_layernorm.weight";
-inline constexpr std::string_view kPostAttentionNorm = "post_attention_layernorm.weight";
-inline constexpr std::string_view kAttnResNorm = "self_attention_res_norm.weight";
-inline constexpr std::string_view kAttnResProj = "self_attention_res_proj.weight";
-inline constexpr std::string_view kMlpResNorm = "mlp_res_norm.weight";
-inline constexpr std::string_view kMlpResProj = "mlp_res_proj.weight";
+inline constexpr char kInputNorm[] = "input_layernorm.weight";
+inline constexpr char kPostAttentionNorm[] = "post_attention_layernorm.weight";
+inline constexpr char kAttnResNorm[] = "self_attention_res_norm.weight";
+inline constexpr char kAttnResProj[] = "self_attention_res_proj.weight";
+inline constexpr char kMlpResNorm[] = "mlp_res_norm.weight";
+inline constexpr char kMlpResProj[] = "mlp_res_proj.weight";
 
 // Attention, both kinds: the output gate and projection.
-inline constexpr std::string_view kAttnGate = "self_attn.g_proj.weight";
-inline constexpr std::string_view kAttnOut = "self_attn.o_proj.weight";
+inline constexpr char kAttnGate[] = "self_attn.g_proj.weight";
+inline constexpr char kAttnOut[] = "self_attn.o_proj.weight";
 // KDA attention.
-inline constexpr std::string_view kKdaQ = "self_attn.q_proj.weight";
-inline constexpr std::string_view kKdaK = "self_attn.k_proj.weight";
-inline constexpr std::string_view kKdaV = "self_attn.v_proj.weight";
-inline constexpr std::string_view kKdaQConv = "self_attn.q_conv1d.weight";
-inline constexpr std::string_view kKdaKConv = "self_attn.k_conv1d.weight";
-inline constexpr std::string_view kKdaVConv = "self_attn.v_conv1d.weight";
-inline constexpr std::string_view kKdaFA = "self_attn.f_a_proj.weight";
-inline constexpr std::string_view kKdaFB = "self_attn.f_b_proj.weight";
-inline constexpr std::string_view kKdaB = "self_attn.b_proj.weight";
-inline constexpr std::string_view kKdaALog = "self_attn.A_log";
-inline constexpr std::string_view kKdaDtBias = "self_attn.dt_bias";
-inline constexpr std::string_view kKdaONorm = "self_attn.o_norm.weight";
+inline constexpr char kKdaQ[] = "self_attn.q_proj.weight";
+inline constexpr char kKdaK[] = "self_attn.k_proj.weight";
+inline constexpr char kKdaV[] = "self_attn.v_proj.weight";
+inline constexpr char kKdaQConv[] = "self_attn.q_conv1d.weight";
+inline constexpr char kKdaKConv[] = "self_attn.k_conv1d.weight";
+inline constexpr char kKdaVConv[] = "self_attn.v_conv1d.weight";
+inline constexpr char kKdaFA[] = "self_attn.f_a_proj.weight";
+inline constexpr char kKdaFB[] = "self_attn.f_b_proj.weight";
+inline constexpr char kKdaB[] = "self_attn.b_proj.weight";
+inline constexpr char kKdaALog[] = "self_attn.A_log";
+inline constexpr char kKdaDtBias[] = "self_attn.dt_bias";
+inline constexpr char kKdaONorm[] = "self_attn.o_norm.weight";
 // MLA attention.
-inline constexpr std::string_view kMlaQA = "self_attn.q_a_proj.weight";
-inline constexpr std::string_view kMlaQANorm = "self_attn.q_a_layernorm.weight";
-inline constexpr std::string_view kMlaQB = "self_attn.q_b_proj.weight";
-inline constexpr std::string_view kMlaKvA = "self_attn.kv_a_proj_with_mqa.weight";
-inline constexpr std::string_view kMlaKvANorm = "self_attn.kv_a_layernorm.weight";
-inline constexpr std::string_view kMlaKvB = "self_attn.kv_b_proj.weight";
+inline constexpr char kMlaQA[] = "self_attn.q_a_proj.weight";
+inline constexpr char kMlaQANorm[] = "self_attn.q_a_layernorm.weight";
+inline constexpr char kMlaQB[] = "self_attn.q_b_proj.weight";
+inline constexpr char kMlaKvA[] = "self_attn.kv_a_proj_with_mqa.weight";
+inline constexpr char kMlaKvANorm[] = "self_attn.kv_a_layernorm.weight";
+inline constexpr char kMlaKvB[] = "self_attn.kv_b_proj.weight";
 
 // Dense layers' FFN.
-inline constexpr std::string_view kDenseGate = "mlp.gate_proj.weight";
-inline constexpr std::string_view kDenseUp = "mlp.up_proj.weight";
-inline constexpr std::string_view kDenseDown = "mlp.down_proj.weight";
+inline constexpr char kDenseGate[] = "mlp.gate_proj.weight";
+inline constexpr char kDenseUp[] = "mlp.up_proj.weight";
+inline constexpr char kDenseDown[] = "mlp.down_proj.weight";
 // MoE layers: router, latent projections, shared experts.
-inline constexpr std::string_view kRouter = "block_sparse_moe.gate.weight";
-inline constexpr std::string_view kRouterBias = "block_sparse_moe.gate.e_score_correction_bias";
-inline constexpr std::string_view kLatentDown = "block_sparse_moe.routed_expert_down_proj.weight";
-inline constexpr std::string_view kLatentNorm = "block_sparse_moe.routed_expert_norm.weight";
-inline constexpr std::string_view kLatentUp = "block_sparse_moe.routed_expert_up_proj.weight";
-inline constexpr std::string_view kSharedGate = "block_sparse_moe.shared_experts.gate_proj.weight";
-inline constexpr std::string_view kSharedUp = "block_sparse_moe.shared_experts.up_proj.weight";
-inline constexpr std::string_view kSharedDown = "block_sparse_moe.shared_experts.down_proj.weight";
+inline constexpr char kRouter[] = "block_sparse_moe.gate.weight";
+inline constexpr char kRouterBias[] = "block_sparse_moe.gate.e_score_correction_bias";
+inline constexpr char kLatentDown[] = "block_sparse_moe.routed_expert_down_proj.weight";
+inline constexpr char kLatentNorm[] = "block_sparse_moe.routed_expert_norm.weight";
+inline constexpr char kLatentUp[] = "block_sparse_moe.routed_expert_up_proj.weight";
+inline constexpr char kSharedGate[] = "block_sparse_moe.shared_experts.gate_proj.weight";
+inline constexpr char kSharedUp[] = "block_sparse_moe.shared_experts.up_proj.weight";
+inline constexpr char kSharedDown[] = "block_sparse_moe.shared_experts.down_proj.weight";
 
 }  // namespace tensor_name
 
