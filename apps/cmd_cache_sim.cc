@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "apps/commands.h"
 #include "apps/flags.h"
+#include "apps/tables.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/cache/policy.h"
@@ -86,22 +87,20 @@ void PrintSummary(const std::string& path, const std::vector<ExpertKey>& trace,
                static_cast<unsigned long long>(expert_bytes), absl::StrJoin(slots, ", ").c_str());
 }
 
-std::string MarkdownTable(const std::vector<std::string>& policies,
-                          const std::vector<Capacity>& capacities,
-                          const std::vector<std::vector<double>>& rates) {
-  std::string out = "| policy |";
-  std::string rule = "|---|";
-  for (const Capacity& c : capacities) {
-    absl::StrAppend(&out, " ", c.label, " GB |");
-    absl::StrAppend(&rule, "---:|");
-  }
-  absl::StrAppend(&out, "\n", rule, "\n");
+std::string HitRateTable(const std::vector<std::string>& policies,
+                         const std::vector<Capacity>& capacities,
+                         const std::vector<std::vector<double>>& rates) {
+  std::vector<std::string> header = {"policy"};
+  for (const Capacity& c : capacities) header.push_back(absl::StrCat(c.label, " GB"));
+  std::vector<bool> right_aligned(header.size(), true);
+  right_aligned[0] = false;
+  MarkdownTable table(header, right_aligned);
   for (size_t p = 0; p < policies.size(); ++p) {
-    absl::StrAppend(&out, "| ", policies[p], " |");
-    for (double r : rates[p]) absl::StrAppend(&out, absl::StrFormat(" %.2f %% |", 100 * r));
-    absl::StrAppend(&out, "\n");
+    std::vector<std::string> cells = {policies[p]};
+    for (double r : rates[p]) cells.push_back(absl::StrFormat("%.2f %%", 100 * r));
+    table.AddRow(cells);
   }
-  return out;
+  return table.text();
 }
 
 // {policy: {capacity_gb: hit_rate}}, hit rates as fractions in [0, 1], in the table's order.
@@ -143,7 +142,7 @@ int RunCacheSim(const std::vector<std::string>& positional) {
       rates[p].push_back(stats->hit_rate());
     }
   }
-  std::fputs(MarkdownTable(*policies, *capacities, rates).c_str(), stdout);
+  std::fputs(HitRateTable(*policies, *capacities, rates).c_str(), stdout);
   const std::string json_path = absl::GetFlag(FLAGS_report_json);
   if (!json_path.empty()) {
     absl::Status s = io::WriteFileAtomically(json_path, ToJson(*policies, *capacities, rates));

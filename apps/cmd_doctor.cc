@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <thread>
 
@@ -23,6 +22,7 @@
 #include "apps/disk_rate.h"
 #include "apps/flags.h"
 #include "core/checkpoint.h"
+#include "core/proc_fields.h"
 #include "core/progress.h"
 #include "io/aligned_buffer.h"
 #include "io/file.h"
@@ -175,19 +175,8 @@ void CheckDisk(Findings& f, const Checkpoint* ckpt) {
   ReportReads(f, dir, rate);
 }
 
-uint64_t MemTotalBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemTotal:") return kb * 1024;
-    in.ignore(64, '\n');
-  }
-  return 0;
-}
-
 void CheckMachine(Findings& f, uint64_t available) {
-  const uint64_t total = MemTotalBytes();
+  const uint64_t total = MeminfoBytes("MemTotal");
   f.Add("RAM", available > 0 ? Level::kOk : Level::kFail,
         available > 0 ? absl::StrCat(Gb(total), " total, ", Gb(available), " available")
                       : "cannot read MemAvailable from /proc/meminfo");

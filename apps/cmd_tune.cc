@@ -15,15 +15,16 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "apps/bench/decode_bench.h"
-#include "apps/bench/raw_bench.h"
 #include "apps/cli.h"
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/run_report.h"
 #include "apps/settings_file.h"
+#include "apps/tables.h"
 #include "apps/tune/tune_sweep.h"
 #include "core/config.h"
+#include "core/median.h"
 #include "io/file.h"
 #include "io/storage_profile.h"
 
@@ -74,31 +75,32 @@ using bench::Sig3;
 
 void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
                 const std::vector<tune::Dimension>& dims) {
-  std::printf("| setting | value | s/token (median) | min-max | runs | x the value before | |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  MarkdownTable table(
+      {"setting", "value", "s/token (median)", "min-max", "runs", "x the value before", ""});
   for (const tune::DimensionResult& d : r.dimensions) {
     if (!d.skipped.empty()) {
-      std::printf("| %s | %d | - | - | 0 | - | skipped: %s |\n", d.flag.c_str(), d.before,
-                  d.skipped.c_str());
+      table.AddRow({d.flag, absl::StrCat(d.before), "-", "-", "0", "-",
+                    absl::StrCat("skipped: ", d.skipped)});
       continue;
     }
     double before = 0;
     for (const tune::Trial& t : d.trials) {
-      if (t.value == d.before) before = bench::Median(t.seconds_per_token);
+      if (t.value == d.before) before = Median(t.seconds_per_token);
     }
     for (const tune::Trial& t : d.trials) {
-      const double m = bench::Median(t.seconds_per_token);
+      const double m = Median(t.seconds_per_token);
       const auto [lo, hi] =
           std::minmax_element(t.seconds_per_token.begin(), t.seconds_per_token.end());
       std::string note = t.value == d.chosen ? "chosen" : "";
       if (t.value == tune::ValueOf(defaults, dims, d.flag)) {
         note += note.empty() ? "default" : ", default";
       }
-      std::printf("| %s | %d | %s | %s-%s | %zu | %s | %s |\n", d.flag.c_str(), t.value,
-                  Sig3(m).c_str(), Sig3(*lo).c_str(), Sig3(*hi).c_str(), t.seconds_per_token.size(),
-                  before > 0 ? absl::StrFormat("%.2f", before / m).c_str() : "-", note.c_str());
+      table.AddRow({d.flag, absl::StrCat(t.value), Sig3(m), absl::StrCat(Sig3(*lo), "-", Sig3(*hi)),
+                    absl::StrCat(t.seconds_per_token.size()),
+                    before > 0 ? absl::StrFormat("%.2f", before / m) : "-", note});
     }
   }
+  std::fputs(table.text().c_str(), stdout);
 }
 
 std::map<std::string, std::string> Flags(const EngineOptions& o,
@@ -129,12 +131,12 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
                 100 * tune::kMargin);
   } else {
     const auto [lo, hi] = std::minmax_element(r.pair_ratios.begin(), r.pair_ratios.end());
-    const double ratio = bench::Median(r.pair_ratios);
+    const double ratio = Median(r.pair_ratios);
     std::printf(
         "confirming run: %.2fx the defaults' speed (median of %zu alternating pairs, pairs "
         "%.2fx-%.2fx): defaults %s s/token, the pick %s s/token\n",
-        ratio, r.pair_ratios.size(), *lo, *hi, Sig3(bench::Median(r.default_seconds)).c_str(),
-        Sig3(bench::Median(r.best_seconds)).c_str());
+        ratio, r.pair_ratios.size(), *lo, *hi, Sig3(Median(r.default_seconds)).c_str(),
+        Sig3(Median(r.best_seconds)).c_str());
     if (r.pick_rejected) {
       std::printf("the sweep's pick was not faster when confirmed: the defaults stay\n");
     }

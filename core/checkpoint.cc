@@ -316,8 +316,9 @@ absl::Status Checkpoint::LoadShards() {
   if (has_index) {
     if (absl::Status s = CheckIndex(index_path, index, shard_of_file); !s.ok()) return s;
   }
-  names_ = TensorNames(
-      FindListed("language_model.model.embed_tokens.weight") != nullptr ? "language_model." : "");
+  const bool release =
+      FindListed(absl::StrCat(tensor_name::kReleasePrefix, tensor_name::kEmbedding)) != nullptr;
+  names_ = TensorNames(release ? std::string(tensor_name::kReleasePrefix) : "");
   if (expert_prefix_set_ && expert_prefix_ != names_.prefix()) KeepExpertsUnder(names_.prefix());
   return absl::OkStatus();
 }

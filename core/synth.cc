@@ -217,7 +217,7 @@ void GenerateElements(const TensorPlan& p, const TensorRandom& rng, uint64_t fir
         break;
       case Fill::kSymmetric: {
         float v = p.scale * rng.Symmetric(e);
-        if (router_skew != 0 && EndsWith(p.spec.name, "e_score_correction_bias")) {
+        if (router_skew != 0 && EndsWith(p.spec.name, tensor_name::kRouterBias)) {
           // A fixed per-expert popularity: a few experts win most tokens, as in real traces.
           float z = rng.Symmetric(e ^ 0x5bd1e995u);
           v += static_cast<float>(router_skew) * z * std::abs(z) * 2.0f;
@@ -324,7 +324,7 @@ std::vector<Shard> PlanShards(const ModelConfig& c, const TensorNames& names,
   }
   for (TensorSpec& spec : trunk) {
     // The release ships A_log with head_dim entries, one per head used (MODEL.md Q2).
-    if (spec.name.ends_with("self_attn.A_log")) {
+    if (spec.name.ends_with(tensor_name::kKdaALog)) {
       spec.shape = {std::max(c.kda_num_heads, c.kda_head_dim)};
     }
     TensorPlan plan = PlanTensor(spec, opt.floats, gaussian);
@@ -464,7 +464,7 @@ absl::StatusOr<SynthResult> Synthesize(const SynthOptions& opt) {
   config->eos_token_id = tok.eos_id;
 
   if (absl::Status s = io::MakeDirectories(opt.out_dir); !s.ok()) return s;
-  const TensorNames names("language_model.");
+  const TensorNames names{std::string(tensor_name::kReleasePrefix)};
   const bool gaussian = opt.weights == SynthWeights::kPresetDefault
                             ? opt.preset == "slice" || opt.preset == "full"
                             : opt.weights == SynthWeights::kGaussian;

@@ -1,6 +1,7 @@
 #include "core/tensor_names.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,17 +31,25 @@ const char* TensorGroupName(TensorGroup group) {
   return "?";
 }
 
+namespace {
+
+// "<prefix>model.layers.<L>.<suffix>"; a routed expert's suffix is "block_sparse_moe.experts.
+// <E>.<part>".
+constexpr char kLayers[] = "model.layers.";
+constexpr char kExperts[] = ".block_sparse_moe.experts.";
+
+}  // namespace
+
 std::string TensorNames::Global(std::string_view suffix) const {
   return absl::StrCat(prefix_, std::string(suffix));
 }
 
 std::string TensorNames::Layer(int64_t layer, std::string_view suffix) const {
-  return absl::StrCat(prefix_, "model.layers.", layer, ".", std::string(suffix));
+  return absl::StrCat(prefix_, kLayers, layer, ".", std::string(suffix));
 }
 
 std::string TensorNames::Expert(int64_t layer, int64_t expert, int part) const {
-  return absl::StrCat(prefix_, "model.layers.", layer, ".block_sparse_moe.experts.", expert, ".",
-                      kExpertParts[part]);
+  return absl::StrCat(prefix_, kLayers, layer, kExperts, expert, ".", kExpertParts[part]);
 }
 
 namespace {
@@ -67,12 +76,11 @@ bool TakePrefix(std::string_view& s, std::string_view prefix) {
 }  // namespace
 
 bool ParseExpertName(std::string_view name, ExpertName* out) {
-  constexpr std::string_view kRelease = "language_model.";
+  constexpr std::string_view kRelease = tensor_name::kReleasePrefix;
   std::string_view s = name;
   out->prefix = TakePrefix(s, kRelease) ? name.substr(0, kRelease.size()) : name.substr(0, 0);
-  if (!TakePrefix(s, "model.layers.") || !TakeNumber(s, &out->layer) ||
-      !TakePrefix(s, ".block_sparse_moe.experts.") || !TakeNumber(s, &out->expert) ||
-      !TakePrefix(s, ".")) {
+  if (!TakePrefix(s, kLayers) || !TakeNumber(s, &out->layer) || !TakePrefix(s, kExperts) ||
+      !TakeNumber(s, &out->expert) || !TakePrefix(s, ".")) {
     return false;
   }
   for (int part = 0; part < 6; ++part) {
@@ -106,68 +114,60 @@ class SpecList {
 
 constexpr TensorRole kVec = TensorRole::kVector;
 constexpr TensorRole kMat = TensorRole::kMatrix;
+namespace tn = tensor_name;
 
 void AddKda(const ModelConfig& c, int64_t l, SpecList& s) {
   const int64_t d = c.hidden_size, p = c.kda_width(), dh = c.kda_head_dim;
   const TensorGroup a = TensorGroup::kAttention;
-  for (const char* x : {"q", "k", "v"}) {
-    s.Layer(l, absl::StrCat("self_attn.", x, "_proj.weight"), {p, d}, kMat, a);
-    s.Layer(l, absl::StrCat("self_attn.", x, "_conv1d.weight"), {p, 1, c.short_conv_kernel_size},
-            kVec, a);
+  for (const auto& [proj, conv] :
+       {std::pair{tn::kKdaQ, tn::kKdaQConv}, std::pair{tn::kKdaK, tn::kKdaKConv},
+        std::pair{tn::kKdaV, tn::kKdaVConv}}) {
+    s.Layer(l, proj, {p, d}, kMat, a);
+    s.Layer(l, conv, {p, 1, c.short_conv_kernel_size}, kVec, a);
   }
-  s.Layer(l, "self_attn.f_a_proj.weight", {dh, d}, kMat, a);
-  s.Layer(l, "self_attn.f_b_proj.weight", {p, dh}, kMat, a);
-  s.Layer(l, "self_attn.b_proj.weight", {c.kda_num_heads, d}, kMat, a);
-  s.Layer(l, "self_attn.A_log", {c.kda_num_heads}, kVec, a);
-  s.Layer(l, "self_attn.dt_bias", {p}, kVec, a);
-  s.Layer(l, "self_attn.o_norm.weight", {dh}, kVec, a);
-  s.Layer(l, "self_attn.g_proj.weight", {p, d}, kMat, a);
-  s.Layer(l, "self_attn.o_proj.weight", {d, p}, kMat, a);
+  s.Layer(l, tn::kKdaFA, {dh, d}, kMat, a);
+  s.Layer(l, tn::kKdaFB, {p, dh}, kMat, a);
+  s.Layer(l, tn::kKdaB, {c.kda_num_heads, d}, kMat, a);
+  s.Layer(l, tn::kKdaALog, {c.kda_num_heads}, kVec, a);
+  s.Layer(l, tn::kKdaDtBias, {p}, kVec, a);
+  s.Layer(l, tn::kKdaONorm, {dh}, kVec, a);
+  s.Layer(l, tn::kAttnGate, {p, d}, kMat, a);
+  s.Layer(l, tn::kAttnOut, {d, p}, kMat, a);
 }
 
 void AddMla(const ModelConfig& c, int64_t l, SpecList& s) {
   const int64_t d = c.hidden_size, h = c.num_attention_heads;
   const TensorGroup a = TensorGroup::kAttention;
-  s.Layer(l, "self_attn.q_a_proj.weight", {c.q_lora_rank, d}, kMat, a);
-  s.Layer(l, "self_attn.q_a_layernorm.weight", {c.q_lora_rank}, kVec, a);
-  s.Layer(l, "self_attn.q_b_proj.weight", {h * c.mla_q_head_dim(), c.q_lora_rank}, kMat, a);
-  s.Layer(l, "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d}, kMat,
-          a);
-  s.Layer(l, "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, kVec, a);
-  s.Layer(l, "self_attn.kv_b_proj.weight",
-          {h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, kMat, a);
-  if (c.mla_use_output_gate) {
-    s.Layer(l, "self_attn.g_proj.weight", {h * c.v_head_dim, d}, kMat, a);
-  }
-  s.Layer(l, "self_attn.o_proj.weight", {d, h * c.v_head_dim}, kMat, a);
+  s.Layer(l, tn::kMlaQA, {c.q_lora_rank, d}, kMat, a);
+  s.Layer(l, tn::kMlaQANorm, {c.q_lora_rank}, kVec, a);
+  s.Layer(l, tn::kMlaQB, {h * c.mla_q_head_dim(), c.q_lora_rank}, kMat, a);
+  s.Layer(l, tn::kMlaKvA, {c.kv_lora_rank + c.qk_rope_head_dim, d}, kMat, a);
+  s.Layer(l, tn::kMlaKvANorm, {c.kv_lora_rank}, kVec, a);
+  s.Layer(l, tn::kMlaKvB, {h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, kMat, a);
+  if (c.mla_use_output_gate) s.Layer(l, tn::kAttnGate, {h * c.v_head_dim, d}, kMat, a);
+  s.Layer(l, tn::kAttnOut, {d, h * c.v_head_dim}, kMat, a);
 }
 
 void AddFfn(const ModelConfig& c, int64_t l, SpecList& s) {
   const int64_t d = c.hidden_size;
   if (c.is_dense(l)) {
     const int64_t i = c.intermediate_size;
-    s.Layer(l, "mlp.gate_proj.weight", {i, d}, kMat, TensorGroup::kDenseFfn);
-    s.Layer(l, "mlp.up_proj.weight", {i, d}, kMat, TensorGroup::kDenseFfn);
-    s.Layer(l, "mlp.down_proj.weight", {d, i}, kMat, TensorGroup::kDenseFfn);
+    s.Layer(l, tn::kDenseGate, {i, d}, kMat, TensorGroup::kDenseFfn);
+    s.Layer(l, tn::kDenseUp, {i, d}, kMat, TensorGroup::kDenseFfn);
+    s.Layer(l, tn::kDenseDown, {d, i}, kMat, TensorGroup::kDenseFfn);
     return;
   }
   const int64_t e = c.num_experts, lat = c.routed_expert_hidden_size;
-  s.Layer(l, "block_sparse_moe.gate.weight", {e, d}, kMat, TensorGroup::kRouter);
-  s.Layer(l, "block_sparse_moe.gate.e_score_correction_bias", {e}, kVec, TensorGroup::kRouter);
-  s.Layer(l, "block_sparse_moe.routed_expert_down_proj.weight", {lat, d}, kMat,
-          TensorGroup::kLatentProjection);
-  s.Layer(l, "block_sparse_moe.routed_expert_norm.weight", {lat}, kVec,
-          TensorGroup::kLatentProjection);
-  s.Layer(l, "block_sparse_moe.routed_expert_up_proj.weight", {d, lat}, kMat,
-          TensorGroup::kLatentProjection);
+  s.Layer(l, tn::kRouter, {e, d}, kMat, TensorGroup::kRouter);
+  s.Layer(l, tn::kRouterBias, {e}, kVec, TensorGroup::kRouter);
+  s.Layer(l, tn::kLatentDown, {lat, d}, kMat, TensorGroup::kLatentProjection);
+  s.Layer(l, tn::kLatentNorm, {lat}, kVec, TensorGroup::kLatentProjection);
+  s.Layer(l, tn::kLatentUp, {d, lat}, kMat, TensorGroup::kLatentProjection);
   if (c.num_shared_experts > 0) {
     const int64_t w = c.shared_width();
-    s.Layer(l, "block_sparse_moe.shared_experts.gate_proj.weight", {w, d}, kMat,
-            TensorGroup::kSharedExpert);
-    s.Layer(l, "block_sparse_moe.shared_experts.up_proj.weight", {w, d}, kMat,
-            TensorGroup::kSharedExpert);
-    s.Layer(l, "block_sparse_moe.shared_experts.down_proj.weight", {d, w}, kMat,
-            TensorGroup::kSharedExpert);
+    s.Layer(l, tn::kSharedGate, {w, d}, kMat, TensorGroup::kSharedExpert);
+    s.Layer(l, tn::kSharedUp, {w, d}, kMat, TensorGroup::kSharedExpert);
+    s.Layer(l, tn::kSharedDown, {d, w}, kMat, TensorGroup::kSharedExpert);
   }
 }
 
@@ -177,18 +177,18 @@ std::vector<TensorSpec> TrunkTensorSpecs(const ModelConfig& c, const TensorNames
   std::vector<TensorSpec> out;
   SpecList s(names, out);
   const int64_t d = c.hidden_size;
-  s.Global("model.embed_tokens.weight", {c.vocab_size, d}, kMat, TensorGroup::kEmbedding);
-  s.Global("model.norm.weight", {d}, kVec, TensorGroup::kNorm);
-  s.Global("model.output_attn_res_norm.weight", {d}, kVec, TensorGroup::kNorm);
-  s.Global("model.output_attn_res_proj.weight", {1, d}, kVec, TensorGroup::kNorm);
-  s.Global("lm_head.weight", {c.vocab_size, d}, kMat, TensorGroup::kLmHead);
+  s.Global(tn::kEmbedding, {c.vocab_size, d}, kMat, TensorGroup::kEmbedding);
+  s.Global(tn::kFinalNorm, {d}, kVec, TensorGroup::kNorm);
+  s.Global(tn::kOutputResNorm, {d}, kVec, TensorGroup::kNorm);
+  s.Global(tn::kOutputResProj, {1, d}, kVec, TensorGroup::kNorm);
+  s.Global(tn::kLmHead, {c.vocab_size, d}, kMat, TensorGroup::kLmHead);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attention_res_norm.weight", "mlp_res_norm.weight"}) {
-      s.Layer(l, n, {d}, kVec, TensorGroup::kNorm);
+    for (std::string_view norm :
+         {tn::kInputNorm, tn::kPostAttentionNorm, tn::kAttnResNorm, tn::kMlpResNorm}) {
+      s.Layer(l, norm, {d}, kVec, TensorGroup::kNorm);
     }
-    s.Layer(l, "self_attention_res_proj.weight", {1, d}, kVec, TensorGroup::kNorm);
-    s.Layer(l, "mlp_res_proj.weight", {1, d}, kVec, TensorGroup::kNorm);
+    s.Layer(l, tn::kAttnResProj, {1, d}, kVec, TensorGroup::kNorm);
+    s.Layer(l, tn::kMlpResProj, {1, d}, kVec, TensorGroup::kNorm);
     if (c.attention_kind(l) == AttentionKind::kKda) {
       AddKda(c, l, s);
     } else {
@@ -197,7 +197,7 @@ std::vector<TensorSpec> TrunkTensorSpecs(const ModelConfig& c, const TensorNames
     AddFfn(c, l, s);
   }
   for (TensorSpec& spec : out) {
-    spec.shape_is_minimum = spec.name.ends_with("self_attn.A_log");
+    spec.shape_is_minimum = spec.name.ends_with(tn::kKdaALog);
   }
   return out;
 }

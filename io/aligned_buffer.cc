@@ -23,13 +23,6 @@ void* MapAnonymous(size_t bytes, int extra_flags) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-// Faults every page in. MADV_POPULATE_WRITE (Linux 5.14) does it in one call; older kernels
-// get a write per page.
-void Populate(uint8_t* p, size_t bytes) {
-  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
-  for (size_t i = 0; i < bytes; i += kDirectAlignment) p[i] = 0;
-}
-
 // A 2 MiB-aligned region inside a larger normal mapping, so that transparent huge pages can
 // back it; the unaligned head and tail are unmapped again.
 uint8_t* MapAlignedNormal(size_t bytes) {
@@ -83,7 +76,6 @@ absl::StatusOr<std::unique_ptr<BufferArena>> BufferArena::Create(size_t bytes,
       kind = PageKind::kTransparent;
     }
   }
-  if (options.populate) Populate(p, mapped);
   return std::unique_ptr<BufferArena>(new BufferArena(p, mapped, kind));
 }
 

@@ -50,16 +50,14 @@ const char* PageKindName(PageKind kind);
 // One large anonymous mapping, 2 MiB-aligned (so transparent huge pages can back it), used as
 // the memory that reads land in. A ReadEngine created with an arena registers it with io_uring
 // once (fixed buffers: no page pinning per read). Slicing it into slots is the caller's
-// business (the expert cache knows its slot size; io does not).
+// business (the expert cache knows its slot size; io does not). The pages are not prefaulted:
+// registering the arena with io_uring faults (and pins) every page anyway, and on a virtio disk
+// with 4 KiB pages a prefaulted arena read ~40 % slower than one faulted by the registration
+// (measured, docs/PERFORMANCE.md).
 class BufferArena {
  public:
   struct Options {
     bool huge_pages = true;  // try MAP_HUGETLB, then MADV_HUGEPAGE; fall back silently
-    // Fault the pages in now rather than on first use. Off by default: registering the arena
-    // with io_uring faults (and pins) every page anyway, and on a virtio disk with 4 KiB pages
-    // a prefaulted arena read ~40 % slower than one faulted by the registration (measured,
-    // docs/PERFORMANCE.md), presumably through the physical order of the pages.
-    bool populate = false;
   };
 
   static absl::StatusOr<std::unique_ptr<BufferArena>> Create(size_t bytes);

@@ -1,6 +1,7 @@
 // Internals of the read engine shared by its two backends (io/uring_backend.cc,
-// io/pread_backend.cc): the unit of work (a chunk read) and the narrow interface between the
-// scheduler (io/read_engine.cc) and a backend. Not for use outside io/.
+// io/pread_backend.cc) and the engine (io/read_engine_impl.h): the unit of work (a chunk read)
+// and the narrow interface between the scheduler (io/read_scheduler.cc) and a backend, which
+// the engine's setup (io/read_engine.cc) creates. Not for use outside io/.
 #pragma once
 
 #include <sys/uio.h>
@@ -40,8 +41,8 @@ struct Chunk {
   uint64_t file_offset = 0;
   uint32_t length = 0;
   absl::Time issued = absl::InfinitePast();
-  absl::Time not_before =
-      absl::InfinitePast();  // storage-profile emulation: earliest release of the completion
+  // Storage-profile emulation: the completion is held until then.
+  absl::Time not_before = absl::InfinitePast();
 };
 
 // What a backend calls; implemented by the engine.

@@ -47,18 +47,6 @@ void NoticeOnce(const std::string& key, const std::string& text) {
 
 }  // namespace internal
 
-const char* PriorityName(Priority p) {
-  switch (p) {
-    case Priority::kDemand:
-      return "demand";
-    case Priority::kTrunk:
-      return "trunk";
-    case Priority::kPrefetch:
-      return "prefetch";
-  }
-  return "?";
-}
-
 // ---------------------------------------------------------------------------------------------
 // Setup and shutdown.
 

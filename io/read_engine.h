@@ -46,7 +46,6 @@ using ReadId = uint64_t;  // never 0
 // are capped below the queue depth).
 enum class Priority : uint8_t { kDemand = 0, kTrunk = 1, kPrefetch = 2 };
 inline constexpr int kNumPriorities = 3;
-const char* PriorityName(Priority p);
 
 struct ReadResult {
   ReadId id = 0;

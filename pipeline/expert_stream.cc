@@ -371,12 +371,6 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
   return absl::OkStatus();
 }
 
-void StreamingExpertProvider::ReleaseBatch() {
-  for (const Want& w : wants_) {
-    if (w.state == WantState::kReady) (void)cache_.Unpin(w.key);
-  }
-}
-
 absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<const int32_t> experts,
                                                     const ExpertUse& use,
                                                     const std::function<void()>& alongside) {

@@ -96,7 +96,6 @@ class StreamingExpertProvider : public ExpertProvider {
   absl::Status RunBatch(const ExpertUse& use, size_t first, const std::function<void()>& alongside);
   absl::Status RunBatchSerial(const ExpertUse& use, size_t first,
                               const std::function<void()>& alongside);
-  void ReleaseBatch();
   void ScorePredictions(int64_t layer, std::span<const int32_t> experts);
   void Predict(int64_t layer, int distance, std::span<const float> x, size_t tokens);
   void TryPrefetch(const ExpertKey& key);

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/proc_fields.h"
 #include "core/progress.h"
 #include "core/tensor_names.h"
 #include "core/trunk_codec.h"
@@ -259,7 +258,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
     }
   }
   // An aligned read of a piece starts up to one block before it; F16 pieces are widened to fp32
-  // beside the slot, compressed ones decoded beside it.
+  // beside the slot; compressed ones decode into ring_decode_bytes.
   f.ring_slot_bytes = io::AlignUp(largest_piece) + io::kDirectAlignment;
   if (widened) f.ring_slot_bytes += 2 * largest_piece;
   // The scratch is thread_local: the compute threads and the thread that calls the engine.
@@ -306,7 +305,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
                                   static_cast<uint64_t>(c.num_experts_per_token) *
                                       (c.routed_expert_hidden_size + 2 * c.moe_intermediate_size) +
                                   static_cast<uint64_t>(c.num_experts));
-  if (const TensorInfo* e = ckpt.Find(ckpt.names().Global("model.embed_tokens.weight"))) {
+  if (const TensorInfo* e = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding))) {
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
   const uint64_t embedding_row = f.embedding_row_bytes;
@@ -478,15 +477,6 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
   return plan;
 }
 
-uint64_t AvailableRamBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
+uint64_t AvailableRamBytes() { return MeminfoBytes("MemAvailable"); }
 
 }  // namespace k3

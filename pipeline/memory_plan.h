@@ -38,7 +38,7 @@ struct RingOptions {
   // 0: kDefaultRingSlots at the minimum, up to a typical layer ahead as the budget allows.
   int slots = 0;
   // The trunk pack the ring reads from, if any: a compressed one changes what a piece reads
-  // and adds the decoded copy to each slot.
+  // and adds what decoding takes (ModelFootprint::ring_decode_bytes).
   const TrunkPack* pack = nullptr;
   int threads = 0;  // compute threads (0: one per core); each has a decode scratch
 };

@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
     }
   }
   if (!plan.lm_head_resident) {
-    s->AddPieces(*ckpt.Find(ckpt.names().Global("lm_head.weight")), false, plan.piece_bytes, pack,
-                 pack_file);
+    s->AddPieces(*ckpt.Find(ckpt.names().Global(tensor_name::kLmHead)), false, plan.piece_bytes,
+                 pack, pack_file);
   }
   // Every streamed matrix must have its pieces, or the model would ask for a handle in vain.
   for (const auto& [name, spec] : specs) {
@@ -95,7 +95,7 @@ absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
     }
   }
   if (!plan.embedding_resident) {
-    const TensorInfo* embed = ckpt.Find(ckpt.names().Global("model.embed_tokens.weight"));
+    const TensorInfo* embed = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding));
     const uint64_t row = embed->byte_size / embed->shape[0];
     auto rows =
         io::BufferArena::Create(kEmbeddingRowsPerRead * (io::AlignUp(row) + io::kDirectAlignment));
@@ -418,7 +418,7 @@ absl::Status TrunkStreamer::Embed(std::span<const int32_t> ids, std::span<float>
 
 // Up to kEmbeddingRowsPerRead rows, read at demand priority (a token waits for them) at once.
 absl::Status TrunkStreamer::ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out) {
-  const TensorInfo& t = *ckpt_.Find(ckpt_.names().Global("model.embed_tokens.weight"));
+  const TensorInfo& t = *ckpt_.Find(ckpt_.names().Global(tensor_name::kEmbedding));
   const size_t cols = trunk_->embed.cols;
   const uint64_t row_bytes = t.byte_size / t.shape[0];
   const uint64_t stride = io::AlignUp(row_bytes) + io::kDirectAlignment;

@@ -1,18 +1,20 @@
 // The trunk streamer: the trunk matrices the memory plan does not keep resident (those of the
-// streamed layers, the routers when they are not resident, lm_head) are read piece by piece into
-// a ring of equal slots, in the order the forward pass multiplies them (LayerMatrixOrder), and
-// around again for the next token. A piece is up to the plan's piece size of consecutive rows of
-// one matrix, so the ring costs a few pieces, not two whole layers. While a product uses one
-// piece, the next ones load into the other slots; releasing a piece frees its slot for the next
-// one in line. Pieces come from the trunk pack when there is one, else from the shards; a piece
-// of a compressed pack is whole blocks, each checked and decoded by the piece's user: a product
-// takes the blocks and decodes each into a per-thread scratch as it multiplies it (DecodeBlock),
-// so the decoded rows never pass through memory; a row-by-row user has the piece decoded whole
-// into a decode buffer. (A decoder thread that decoded pieces ahead of use was measured against
-// this: no faster where the disk is the limit, 1.2-1.35x slower on a fast host-cached disk, since
-// it writes and reads back every decoded byte and takes a core from the products; see
-// docs/PERFORMANCE.md.) When the embedding is not resident, the rows a token needs are read on
-// demand.
+// streamed layers, the routers when they are not resident, lm_head when it is not) are read
+// piece by piece into a ring of equal slots, in the order the forward pass multiplies them
+// (LayerMatrixOrder, lm_head last), and around again for the next token. A piece is up to the
+// plan's piece size of consecutive rows of one matrix (a matrix used row by row is one piece),
+// so the ring costs a few pieces, not two whole layers. While a product uses one piece, the
+// next ones load into the other slots; releasing a piece frees its slot for the next one in
+// line. A matrix's pieces come from the trunk pack when it holds the matrix, else from the
+// shards; a piece of a compressed matrix is whole blocks, each checked and decoded by the
+// piece's user: a product takes the blocks and decodes each into a per-thread scratch as it
+// multiplies it (DecodeBlock), so the decoded rows never pass through memory; a row-by-row user
+// (of a one-piece matrix) has the piece decoded whole into one of kDecodeBuffers decode buffers.
+// (A decoder thread that decoded pieces ahead of use was measured against this: no faster where
+// the disk is the limit, 1.2-1.35x slower on a fast host-cached disk, since it writes and reads
+// back every decoded byte and takes a core from the products; see docs/PERFORMANCE.md.) F16
+// pieces are widened to fp32 by their user. When the embedding is not resident, the rows a
+// token needs are read on demand, kEmbeddingRowsPerRead at a time.
 #pragma once
 
 #include <condition_variable>

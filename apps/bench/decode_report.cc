@@ -4,11 +4,12 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "apps/bench/bench_plot.h"
 #include "apps/bench/decode_bench.h"
 #include "apps/flags.h"
+#include "apps/tables.h"
+#include "core/median.h"
 #include "io/file.h"
 
 namespace k3::cli::bench {
@@ -61,12 +62,6 @@ double MedianOf(const std::vector<Figures>& runs, double Figures::*field) {
 }
 
 std::string Fraction(double v) { return std::isfinite(v) ? absl::StrFormat("%.2f", v) : "-"; }
-
-void PrintRule(const std::string& header) {
-  std::string rule;
-  for (char ch : header) rule += ch == '|' ? '|' : '-';
-  std::printf("%s\n", rule.c_str());
-}
 
 // JSON has no NaN: a figure the engine gave nothing to compute from is null.
 nlohmann::json Figure(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
@@ -137,36 +132,32 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
           {"max_context", s.base.max_context}};
 }
 
-std::string CsvQuote(const std::string& s) {
-  return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
-}
-
 std::string CsvNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : ""; }
 
 std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& s) {
-  std::string csv =
+  CsvTable csv(absl::StrSplit(
       "volume,profile,queue_depth,prefetch_distance,tokens,repeat,seconds_per_token,"
       "tokens_per_second,gb_per_token,raw_gbps,io_floor_seconds_per_token,ratio_to_io_floor,"
       "stall_fraction,disk_busy_fraction,hit_rate,prefetch_precision,prefetch_recall,"
       "prefill_seconds,expert_demand_gb_per_token,expert_prefetch_used_gb_per_token,"
-      "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap\n";
+      "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap",
+      ','));
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
     std::vector<std::string> cells = {
-        CsvQuote(r.volume),          CsvQuote(r.profile),
-        absl::StrCat(r.queue_depth), absl::StrCat(r.prefetch_distance),
-        absl::StrCat(s.tokens),      absl::StrCat(r.runs.size())};
+        CsvTable::Text(r.volume),          CsvTable::Text(r.profile), absl::StrCat(r.queue_depth),
+        absl::StrCat(r.prefetch_distance), absl::StrCat(s.tokens),    absl::StrCat(r.runs.size())};
     for (double v : {f.seconds_per_token, f.tokens_per_second, f.gb_per_token, r.raw_gbps,
                      f.io_floor_seconds, f.ratio_to_floor, f.stall_fraction, f.disk_busy_fraction,
                      f.hit_rate, f.precision, f.recall, f.prefill_seconds, f.demand_gb,
                      f.prefetch_used_gb, f.prefetch_wasted_gb, f.trunk_gb, s.base.memory.ram_gb}) {
       cells.push_back(CsvNumber(v));
     }
-    cells.push_back(CsvQuote(s.base.memory.preset));
+    cells.push_back(CsvTable::Text(s.base.memory.preset));
     cells.push_back(s.base.overlap ? "true" : "false");
-    absl::StrAppend(&csv, absl::StrJoin(cells, ","), "\n");
+    csv.AddRow(cells);
   }
-  return csv;
+  return csv.text();
 }
 
 // Panels in the order of the table (volume, then profile); a series per prefetch distance.
@@ -224,22 +215,19 @@ std::string Sig3(double v) {
 }
 
 void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat) {
-  const std::string header = absl::StrCat(
-      "| volume | profile | queue depth | prefetch distance | s/token (median of ", repeat,
-      ") | tokens/s | GB/token | raw GB/s | x I/O floor | stall | hit rate | prefetch precision "
-      "| prefetch recall |");
-  std::printf("%s\n", header.c_str());
-  PrintRule(header);
+  MarkdownTable table({"volume", "profile", "queue depth", "prefetch distance",
+                       absl::StrCat("s/token (median of ", repeat, ")"), "tokens/s", "GB/token",
+                       "raw GB/s", "x I/O floor", "stall", "hit rate", "prefetch precision",
+                       "prefetch recall"});
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
-    std::printf("%s\n", absl::StrCat("| ", r.volume, " | ", r.profile, " | ", r.queue_depth, " | ",
-                                     r.prefetch_distance, " | ", Sig3(f.seconds_per_token), " | ",
-                                     Sig3(f.tokens_per_second), " | ", Sig3(f.gb_per_token), " | ",
-                                     Sig3(r.raw_gbps), " | ", Fraction(f.ratio_to_floor), " | ",
-                                     Fraction(f.stall_fraction), " | ", Fraction(f.hit_rate), " | ",
-                                     Fraction(f.precision), " | ", Fraction(f.recall), " |")
-                            .c_str());
+    table.AddRow({r.volume, r.profile, absl::StrCat(r.queue_depth),
+                  absl::StrCat(r.prefetch_distance), Sig3(f.seconds_per_token),
+                  Sig3(f.tokens_per_second), Sig3(f.gb_per_token), Sig3(r.raw_gbps),
+                  Fraction(f.ratio_to_floor), Fraction(f.stall_fraction), Fraction(f.hit_rate),
+                  Fraction(f.precision), Fraction(f.recall)});
   }
+  std::fputs(table.text().c_str(), stdout);
 }
 
 std::string Caption(const DecodeSettings& s) {

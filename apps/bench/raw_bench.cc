@@ -12,6 +12,7 @@
 #include "apps/cli.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
+#include "apps/tables.h"
 #include "io/aligned_buffer.h"
 #include "io/file.h"
 #include "io/read_engine.h"
@@ -149,30 +150,29 @@ std::string F2(double v) { return absl::StrFormat("%.2f", v); }
 void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
   bool any_fio = false;
   for (const Row& r : rows) any_fio |= !r.fio_gbps.empty();
-  std::string header = show_volume ? "| volume " : "";
-  absl::StrAppend(&header, "| profile | queue depth | GB/s (median of ", repeat,
-                  ") | min-max GB/s | IOPS | MB/request |");
-  if (any_fio) absl::StrAppend(&header, " fio GB/s | k3/fio |");
-  std::printf("%s\n", header.c_str());
-  std::string rule;
-  for (char ch : header) rule += ch == '|' ? '|' : '-';
-  std::printf("%s\n", rule.c_str());
+  std::vector<std::string> header;
+  if (show_volume) header.push_back("volume");
+  header.insert(header.end(),
+                {"profile", "queue depth", absl::StrCat("GB/s (median of ", repeat, ")"),
+                 "min-max GB/s", "IOPS", "MB/request"});
+  if (any_fio) header.insert(header.end(), {"fio GB/s", "k3/fio"});
+  MarkdownTable table(header);
   for (const Row& r : rows) {
-    std::string line = show_volume ? absl::StrCat("| ", r.volume, " ") : "";
+    std::vector<std::string> cells;
+    if (show_volume) cells.push_back(r.volume);
     const auto [lo, hi] = std::minmax_element(r.gbps.begin(), r.gbps.end());
-    absl::StrAppend(&line, "| ", r.profile, " | ", r.queue_depth, " | ", F2(Median(r.gbps)), " | ",
-                    F2(*lo), "-", F2(*hi), " | ", absl::StrFormat("%.1f", Median(r.iops)), " | ",
-                    F2(r.mb_per_request), " |");
-    if (any_fio) {
-      if (r.fio_gbps.empty()) {
-        absl::StrAppend(&line, " - | - |");
-      } else {
-        const double fio = Median(r.fio_gbps);
-        absl::StrAppend(&line, " ", F2(fio), " | ", F2(Median(r.gbps) / fio), " |");
-      }
+    cells.insert(cells.end(), {r.profile, absl::StrCat(r.queue_depth), F2(Median(r.gbps)),
+                               absl::StrCat(F2(*lo), "-", F2(*hi)),
+                               absl::StrFormat("%.1f", Median(r.iops)), F2(r.mb_per_request)});
+    if (any_fio && r.fio_gbps.empty()) {
+      cells.insert(cells.end(), {"-", "-"});
+    } else if (any_fio) {
+      const double fio = Median(r.fio_gbps);
+      cells.insert(cells.end(), {F2(fio), F2(Median(r.gbps) / fio)});
     }
-    std::printf("%s\n", line.c_str());
+    table.AddRow(cells);
   }
+  std::fputs(table.text().c_str(), stdout);
 }
 
 nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& volumes,
@@ -184,17 +184,17 @@ nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& v
 }
 
 std::string ToCsv(const std::vector<Row>& rows) {
-  std::string csv =
-      "volume,profile,queue_depth,gbps_median,iops_median,mb_per_request,"
-      "fio_gbps_median,ratio_to_fio\n";
+  CsvTable csv({"volume", "profile", "queue_depth", "gbps_median", "iops_median", "mb_per_request",
+                "fio_gbps_median", "ratio_to_fio"});
   for (const Row& r : rows) {
     const double fio = Median(r.fio_gbps);
-    absl::StrAppend(
-        &csv, r.volume, ",\"", r.profile, "\",", r.queue_depth, ",",
-        absl::StrFormat("%.4f,%.2f,%.4f,", Median(r.gbps), Median(r.iops), r.mb_per_request),
-        fio > 0 ? absl::StrFormat("%.4f,%.4f", fio, Median(r.gbps) / fio) : ",", "\n");
+    csv.AddRow({CsvTable::Text(r.volume), CsvTable::Text(r.profile), absl::StrCat(r.queue_depth),
+                absl::StrFormat("%.4f", Median(r.gbps)), absl::StrFormat("%.2f", Median(r.iops)),
+                absl::StrFormat("%.4f", r.mb_per_request),
+                fio > 0 ? absl::StrFormat("%.4f", fio) : "",
+                fio > 0 ? absl::StrFormat("%.4f", Median(r.gbps) / fio) : ""});
   }
-  return csv;
+  return csv.text();
 }
 
 absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
@@ -272,13 +272,6 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::vector<std::string>& val
 }
 
 }  // namespace
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 absl::StatusOr<Volume> LoadVolume(const std::string& dir) {
   Volume v;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
+#include "core/median.h"  // the medians of a Row (and of the decode benchmark's runs)
 #include "io/storage_profile.h"
 #include "nlohmann/json.hpp"
 
@@ -63,7 +64,6 @@ struct RawSettings {
   bool quiet = false;
 };
 
-double Median(std::vector<double> v);
 absl::StatusOr<Volume> LoadVolume(const std::string& dir);
 // The raw settings from the flags (--queue-depth, --storage-profile, --repeat, --reads, ...).
 absl::StatusOr<RawSettings> ReadRawSettings();

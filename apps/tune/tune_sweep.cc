@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "apps/bench/decode_bench.h"
-#include "apps/bench/raw_bench.h"
+#include "core/median.h"
 #include "core/progress.h"
 
 namespace k3::cli::tune {
@@ -53,7 +53,7 @@ class Runner {
 
   // Whether `runs` more fit in the budget, at the median run time so far.
   bool Affordable(int runs) const {
-    const double per_run = run_seconds_.empty() ? 0 : bench::Median(run_seconds_);
+    const double per_run = run_seconds_.empty() ? 0 : Median(run_seconds_);
     return Elapsed() + runs * per_run <= o_.budget_seconds;
   }
   double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -91,7 +91,7 @@ absl::Status SweepDimension(Runner& runner, const Dimension& dim, int rounds, En
       t.seconds_per_token.push_back(*s);
     }
   }
-  const auto median = [](const Trial& t) { return bench::Median(t.seconds_per_token); };
+  const auto median = [](const Trial& t) { return Median(t.seconds_per_token); };
   const Trial* current = nullptr;
   const Trial* fastest = &out.trials.front();
   for (const Trial& t : out.trials) {
@@ -128,7 +128,7 @@ absl::Status Confirm(Runner& runner, const SweepOptions& o, SweepResult& r) {
     r.best_seconds.push_back(b);
     r.pair_ratios.push_back(d / b);
   }
-  if (bench::Median(r.pair_ratios) < 1) {
+  if (Median(r.pair_ratios) < 1) {
     r.pick_rejected = true;
     r.best = o.defaults;
   }

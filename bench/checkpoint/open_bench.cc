@@ -21,24 +21,15 @@
 #include <vector>
 
 #include "core/checkpoint.h"
+#include "core/median.h"
+#include "core/proc_fields.h"
 #include "core/progress.h"
 #include "core/synth.h"
 
 namespace k3 {
 namespace {
 
-uint64_t StatusKb(const char* field) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  uint64_t kb = 0;
-  const size_t n = std::strlen(field);
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, field, n) == 0) kb = std::strtoull(line + n, nullptr, 10);
-  }
-  std::fclose(f);
-  return kb;
-}
+uint64_t StatusKb(std::string_view field) { return ProcField("/proc/self/status", field) / 1024; }
 
 struct Run {
   double seconds = 0;
@@ -49,7 +40,7 @@ struct Run {
 
 // The child's side: one Open, one line of figures on stdout.
 int OpenOnce(const std::string& dir) {
-  const uint64_t rss0 = StatusKb("VmRSS:"), hwm0 = StatusKb("VmHWM:");
+  const uint64_t rss0 = StatusKb("VmRSS"), hwm0 = StatusKb("VmHWM");
   const auto start = std::chrono::steady_clock::now();
   auto ckpt = Checkpoint::Open(dir);
   const double seconds =
@@ -58,7 +49,7 @@ int OpenOnce(const std::string& dir) {
     std::fprintf(stderr, "k3_open_bench: %s\n", std::string(ckpt.status().message()).c_str());
     return 1;
   }
-  const uint64_t rss1 = StatusKb("VmRSS:"), hwm1 = StatusKb("VmHWM:");
+  const uint64_t rss1 = StatusKb("VmRSS"), hwm1 = StatusKb("VmHWM");
   std::printf("%.6f %.3f %.3f %zu\n", seconds, (rss1 - rss0) / 1024.0,
               (std::max(hwm1, hwm0) - hwm0) / 1024.0, (*ckpt)->tensors().size());
   return 0;
@@ -89,12 +80,6 @@ bool RunChild(const std::string& dir, Run* out) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
   return std::sscanf(buf, "%lf %lf %lf %zu", &out->seconds, &out->rss_mb, &out->peak_mb,
                      &out->tensors) == 4;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 bool Measure(const std::string& label, const std::string& dir, int runs) {

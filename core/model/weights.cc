@@ -301,76 +301,74 @@ class TrunkLoader {
   uint64_t bytes_ = 0;
 };
 
+namespace tn = tensor_name;
+
 void LoadAttention(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
                    LayerWeights& lw) {
-  auto name = [&](const char* suffix) { return n.Layer(l, absl::StrCat("self_attn.", suffix)); };
+  auto name = [&](std::string_view suffix) { return n.Layer(l, suffix); };
   if (c.attention_kind(l) == AttentionKind::kKda) {
     KdaWeights& k = lw.kda;
-    k.q = ld.Mat(name("q_proj.weight"));
-    k.k = ld.Mat(name("k_proj.weight"));
-    k.v = ld.Mat(name("v_proj.weight"));
-    k.f_a = ld.Mat(name("f_a_proj.weight"));
-    k.f_b = ld.Mat(name("f_b_proj.weight"));
-    k.b = ld.Mat(name("b_proj.weight"));
-    k.g = ld.Mat(name("g_proj.weight"));
-    k.o = ld.Mat(name("o_proj.weight"));
-    k.q_conv = ld.Vec(name("q_conv1d.weight"));
-    k.k_conv = ld.Vec(name("k_conv1d.weight"));
-    k.v_conv = ld.Vec(name("v_conv1d.weight"));
-    k.a_log = ld.Vec(name("A_log"));
+    k.q = ld.Mat(name(tn::kKdaQ));
+    k.k = ld.Mat(name(tn::kKdaK));
+    k.v = ld.Mat(name(tn::kKdaV));
+    k.f_a = ld.Mat(name(tn::kKdaFA));
+    k.f_b = ld.Mat(name(tn::kKdaFB));
+    k.b = ld.Mat(name(tn::kKdaB));
+    k.g = ld.Mat(name(tn::kAttnGate));
+    k.o = ld.Mat(name(tn::kAttnOut));
+    k.q_conv = ld.Vec(name(tn::kKdaQConv));
+    k.k_conv = ld.Vec(name(tn::kKdaKConv));
+    k.v_conv = ld.Vec(name(tn::kKdaVConv));
+    k.a_log = ld.Vec(name(tn::kKdaALog));
     k.a_log.resize(c.kda_num_heads);  // the release ships head_dim entries; one per head is used
-    k.dt_bias = ld.Vec(name("dt_bias"));
-    k.o_norm = ld.Vec(name("o_norm.weight"));
+    k.dt_bias = ld.Vec(name(tn::kKdaDtBias));
+    k.o_norm = ld.Vec(name(tn::kKdaONorm));
   } else {
     MlaWeights& m = lw.mla;
-    m.q_a = ld.Mat(name("q_a_proj.weight"));
-    m.q_b = ld.Mat(name("q_b_proj.weight"));
-    m.kv_a = ld.Mat(name("kv_a_proj_with_mqa.weight"));
-    m.kv_b = ld.Mat(name("kv_b_proj.weight"));
-    if (c.mla_use_output_gate) m.g = ld.Mat(name("g_proj.weight"));
-    m.o = ld.Mat(name("o_proj.weight"));
-    m.q_a_norm = ld.Vec(name("q_a_layernorm.weight"));
-    m.kv_a_norm = ld.Vec(name("kv_a_layernorm.weight"));
+    m.q_a = ld.Mat(name(tn::kMlaQA));
+    m.q_b = ld.Mat(name(tn::kMlaQB));
+    m.kv_a = ld.Mat(name(tn::kMlaKvA));
+    m.kv_b = ld.Mat(name(tn::kMlaKvB));
+    if (c.mla_use_output_gate) m.g = ld.Mat(name(tn::kAttnGate));
+    m.o = ld.Mat(name(tn::kAttnOut));
+    m.q_a_norm = ld.Vec(name(tn::kMlaQANorm));
+    m.kv_a_norm = ld.Vec(name(tn::kMlaKvANorm));
   }
 }
 
 void LoadRouter(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
                 MoeWeights& m) {
   if (c.is_dense(l)) return;
-  m.router = ld.Mat(n.Layer(l, "block_sparse_moe.gate.weight"));
-  m.router_bias = ld.Vec(n.Layer(l, "block_sparse_moe.gate.e_score_correction_bias"));
+  m.router = ld.Mat(n.Layer(l, tn::kRouter));
+  m.router_bias = ld.Vec(n.Layer(l, tn::kRouterBias));
 }
 
 void LoadFfn(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
              LayerWeights& lw) {
   if (c.is_dense(l)) {
-    lw.dense.gate = ld.Mat(n.Layer(l, "mlp.gate_proj.weight"));
-    lw.dense.up = ld.Mat(n.Layer(l, "mlp.up_proj.weight"));
-    lw.dense.down = ld.Mat(n.Layer(l, "mlp.down_proj.weight"));
+    lw.dense.gate = ld.Mat(n.Layer(l, tn::kDenseGate));
+    lw.dense.up = ld.Mat(n.Layer(l, tn::kDenseUp));
+    lw.dense.down = ld.Mat(n.Layer(l, tn::kDenseDown));
     return;
   }
-  auto name = [&](const char* suffix) {
-    return n.Layer(l, absl::StrCat("block_sparse_moe.", suffix));
-  };
   MoeWeights& m = lw.moe;
-  m.latent_down = ld.Mat(name("routed_expert_down_proj.weight"));
-  m.latent_norm = ld.Vec(name("routed_expert_norm.weight"));
-  m.latent_up = ld.Mat(name("routed_expert_up_proj.weight"));
+  m.latent_down = ld.Mat(n.Layer(l, tn::kLatentDown));
+  m.latent_norm = ld.Vec(n.Layer(l, tn::kLatentNorm));
+  m.latent_up = ld.Mat(n.Layer(l, tn::kLatentUp));
   if (c.num_shared_experts > 0) {
-    m.shared_gate = ld.Mat(name("shared_experts.gate_proj.weight"));
-    m.shared_up = ld.Mat(name("shared_experts.up_proj.weight"));
-    m.shared_down = ld.Mat(name("shared_experts.down_proj.weight"));
+    m.shared_gate = ld.Mat(n.Layer(l, tn::kSharedGate));
+    m.shared_up = ld.Mat(n.Layer(l, tn::kSharedUp));
+    m.shared_down = ld.Mat(n.Layer(l, tn::kSharedDown));
   }
 }
 
 // Everything of layer l but its router.
 void LoadLayer(const ModelConfig& c, int64_t l, const TensorNames& n, TrunkLoader& ld,
                LayerWeights& lw) {
-  lw.input_norm = ld.Vec(n.Layer(l, "input_layernorm.weight"));
-  lw.post_norm = ld.Vec(n.Layer(l, "post_attention_layernorm.weight"));
-  lw.attn_res_fold = ld.Fold(n.Layer(l, "self_attention_res_norm.weight"),
-                             n.Layer(l, "self_attention_res_proj.weight"));
-  lw.mlp_res_fold = ld.Fold(n.Layer(l, "mlp_res_norm.weight"), n.Layer(l, "mlp_res_proj.weight"));
+  lw.input_norm = ld.Vec(n.Layer(l, tn::kInputNorm));
+  lw.post_norm = ld.Vec(n.Layer(l, tn::kPostAttentionNorm));
+  lw.attn_res_fold = ld.Fold(n.Layer(l, tn::kAttnResNorm), n.Layer(l, tn::kAttnResProj));
+  lw.mlp_res_fold = ld.Fold(n.Layer(l, tn::kMlpResNorm), n.Layer(l, tn::kMlpResProj));
   LoadAttention(c, l, n, ld, lw);
   LoadFfn(c, l, n, ld, lw);
 }
@@ -395,32 +393,29 @@ bool IsResident(const TrunkResidency& r, const TensorSpec& spec) {
 
 std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& c, const TensorNames& n, int64_t l) {
   std::vector<OrderedMatrix> order;
-  auto add = [&](const std::string& prefix, std::initializer_list<const char*> suffixes) {
-    for (const char* s : suffixes) order.push_back({n.Layer(l, absl::StrCat(prefix, s))});
+  auto add = [&](std::initializer_list<std::string_view> names) {
+    for (std::string_view name : names) order.push_back({n.Layer(l, name)});
   };
   // Model::Kda, Model::Mla (kv_b is used row by row between the gate and o_proj).
   if (c.attention_kind(l) == AttentionKind::kKda) {
-    add("self_attn.", {"q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight",
-                       "f_a_proj.weight", "f_b_proj.weight", "b_proj.weight", "o_proj.weight"});
+    add({tn::kKdaQ, tn::kKdaK, tn::kKdaV, tn::kAttnGate, tn::kKdaFA, tn::kKdaFB, tn::kKdaB,
+         tn::kAttnOut});
   } else {
-    add("self_attn.", {"q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight"});
-    if (c.mla_use_output_gate) add("self_attn.", {"g_proj.weight"});
-    add("self_attn.", {"kv_b_proj.weight"});
+    add({tn::kMlaQA, tn::kMlaQB, tn::kMlaKvA});
+    if (c.mla_use_output_gate) add({tn::kAttnGate});
+    add({tn::kMlaKvB});
     order.back().whole = true;
-    add("self_attn.", {"o_proj.weight"});
+    add({tn::kAttnOut});
   }
   // Model::SituMlp for the dense layers; Model::Moe: router, latent down-projection, the shared
   // experts (alongside the routed ones), latent up-projection.
   if (c.is_dense(l)) {
-    add("mlp.", {"gate_proj.weight", "up_proj.weight", "down_proj.weight"});
+    add({tn::kDenseGate, tn::kDenseUp, tn::kDenseDown});
     return order;
   }
-  add("block_sparse_moe.", {"gate.weight", "routed_expert_down_proj.weight"});
-  if (c.num_shared_experts > 0) {
-    add("block_sparse_moe.shared_experts.",
-        {"gate_proj.weight", "up_proj.weight", "down_proj.weight"});
-  }
-  add("block_sparse_moe.", {"routed_expert_up_proj.weight"});
+  add({tn::kRouter, tn::kLatentDown});
+  if (c.num_shared_experts > 0) add({tn::kSharedGate, tn::kSharedUp, tn::kSharedDown});
+  add({tn::kLatentUp});
   return order;
 }
 
@@ -431,7 +426,7 @@ absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
   const TensorNames& n = ckpt.names();
   auto out = std::make_unique<TrunkWeights>();
   TrunkLoader ld(ckpt, residency, *out, progress);
-  const std::string embed = n.Global("model.embed_tokens.weight");
+  const std::string embed = n.Global(tn::kEmbedding);
   if (residency.embedding) {
     out->embed = ld.Mat(embed);
   } else if (const TensorInfo* t = ckpt.Find(embed); t != nullptr) {
@@ -439,10 +434,9 @@ absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(
     out->embed = {t->dtype, nullptr, static_cast<size_t>(t->shape[0]),
                   static_cast<size_t>(t->elements() / t->shape[0])};
   }
-  out->lm_head = ld.Mat(n.Global("lm_head.weight"));
-  out->final_norm = ld.Vec(n.Global("model.norm.weight"));
-  out->output_res_fold = ld.Fold(n.Global("model.output_attn_res_norm.weight"),
-                                 n.Global("model.output_attn_res_proj.weight"));
+  out->lm_head = ld.Mat(n.Global(tn::kLmHead));
+  out->final_norm = ld.Vec(n.Global(tn::kFinalNorm));
+  out->output_res_fold = ld.Fold(n.Global(tn::kOutputResNorm), n.Global(tn::kOutputResProj));
   out->layers.resize(c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LoadRouter(c, l, n, ld, out->layers[l].moe);

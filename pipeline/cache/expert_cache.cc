@@ -45,12 +45,11 @@ class ABSL_SCOPED_LOCKABLE Lock {
   absl::Mutex* mu_;
 };
 
-// Waits on `cv` with `mu` held; false when the deadline passed first.
-bool WaitUntil(absl::Mutex* mu, absl::CondVar* cv, absl::Time deadline) {
+// Waits on `cv` with `mu` held, until signalled or `deadline`.
+void WaitUntil(absl::Mutex* mu, absl::CondVar* cv, absl::Time deadline) {
   Releasing(mu);
-  const bool timed_out = cv->WaitWithDeadline(mu, deadline);
+  cv->WaitWithDeadline(mu, deadline);
   Acquired(mu);
-  return !timed_out;
 }
 
 bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
@@ -192,11 +191,6 @@ absl::StatusOr<int32_t> ExpertCache::TakeSlot() {
   return slot;
 }
 
-bool ExpertCache::Filling(const ExpertKey& key) const {
-  auto it = index_.find(key);
-  return it != index_.end() && slots_[it->second].state == SlotState::kFilling;
-}
-
 absl::Status ExpertCache::NoSlotError() const {
   return absl::ResourceExhaustedError(absl::StrCat(
       "expert cache: all ", num_slots_, " slots are pinned or being filled (", pinned_slots_,
@@ -239,26 +233,6 @@ absl::Status ExpertCache::Abandon(const ExpertKey& key) {
   stats_.bytes_resident -= options_.slot_bytes;
   changed_.SignalAll();
   return absl::OkStatus();
-}
-
-absl::StatusOr<CacheGrant> ExpertCache::AwaitReady(const ExpertKey& key, bool pin,
-                                                   absl::Duration timeout) {
-  Lock lock(&mu_);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (Filling(key)) {
-    if (!WaitUntil(&mu_, &changed_, deadline) && Filling(key)) {
-      return absl::DeadlineExceededError(absl::StrCat("expert cache: ", key.ToString(),
-                                                      " still being filled after ",
-                                                      absl::FormatDuration(timeout)));
-    }
-  }
-  auto it = index_.find(key);
-  if (it == index_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("expert cache: ", key.ToString(), " is not cached (fill abandoned?)"));
-  }
-  if (pin) AddPin(it->second);
-  return GrantFor(CacheOutcome::kHit, it->second);
 }
 
 void ExpertCache::AddPin(int32_t slot) {

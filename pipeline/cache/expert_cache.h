@@ -3,7 +3,8 @@
 //
 // A request for (layer, expert) is answered with one of
 //   kHit:      the bytes are in the slot, ready to use;
-//   kInFlight: another caller is filling the slot; wait (AwaitReady) rather than read again;
+//   kInFlight: another caller is filling the slot; pin it (Pin) and wait for that caller's
+//              read rather than read again;
 //   kFill:     a slot was reserved for the key and the caller must read the expert into it,
 //              then call MarkFilled (or Abandon when the read failed).
 // A slot being filled is never handed out as a hit and never evicted; pinned slots (e.g. the
@@ -56,7 +57,8 @@ enum class CacheOutcome : uint8_t { kHit, kInFlight, kFill };
 struct CacheRequest {
   RequestKind kind = RequestKind::kDemand;
   // Pin the slot for the caller on kHit and kFill (for kFill the pin holds after MarkFilled);
-  // release it with Unpin. kInFlight never pins: AwaitReady does once the bytes are there.
+  // release it with Unpin. kInFlight never pins: the caller pins the slot being filled (Pin),
+  // which keeps it once the fill completes and goes with it if the fill is abandoned.
   bool pin = false;
   // How long to wait for a slot to become free when every slot is pinned or being filled;
   // zero fails at once with ResourceExhausted.
@@ -108,13 +110,9 @@ class ExpertCache {
   // The fill of `key` is complete (all bytes arrived and were checked by the caller): the slot
   // becomes a hit for everyone. FailedPrecondition if `key` is not being filled.
   absl::Status MarkFilled(const ExpertKey& key);
-  // The fill of `key` failed: the slot is freed (with any pins on it) and the key forgotten;
-  // AwaitReady waiters get NotFound and may Request again.
+  // The fill of `key` failed: the slot is freed (with any pins on it, also those of callers
+  // that got kInFlight) and the key forgotten; they may Request again.
   absl::Status Abandon(const ExpertKey& key);
-
-  // Blocks until `key` is ready (then like a kHit, pinned if `pin`), its fill is abandoned
-  // (NotFound), it is not resident at all (NotFound), or `timeout` passes (DeadlineExceeded).
-  absl::StatusOr<CacheGrant> AwaitReady(const ExpertKey& key, bool pin, absl::Duration timeout);
 
   // Pins a resident key (ready or being filled); NotFound if it is not resident. Pins nest.
   absl::Status Pin(const ExpertKey& key);
@@ -152,7 +150,6 @@ class ExpertCache {
   // slot is pinned or being filled; Internal when the policy names a key it may not evict.
   absl::StatusOr<int32_t> TakeSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Evictable(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Filling(const ExpertKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NoSlotError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int32_t> FindFilling(const ExpertKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -164,8 +161,8 @@ class ExpertCache {
   const std::unique_ptr<io::BufferArena> arena_;
 
   mutable absl::Mutex mu_;
-  // Signalled when a fill completes or fails and when a slot's last pin goes: what waiters in
-  // Request (for a slot) and AwaitReady (for a fill) wait for.
+  // Signalled when a fill completes or fails and when a slot's last pin goes: what Request
+  // waits for when every slot is pinned or being filled.
   absl::CondVar changed_;
   std::unique_ptr<ReplacementPolicy> policy_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);

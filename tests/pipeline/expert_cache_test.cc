@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -35,7 +37,7 @@ std::unique_ptr<ExpertCache> MakeCache(int64_t slots, std::string_view policy = 
   ExpertCacheOptions options{.budget_bytes = static_cast<uint64_t>(slots) * 8192 + 100,
                              .slot_bytes = kSlotBytes,
                              .allocate = allocate,
-                             .arena = {.huge_pages = false, .populate = false}};
+                             .arena = {.huge_pages = false}};
   auto cache = ExpertCache::Create(options, Policy(policy, slots));
   EXPECT_TRUE(cache.ok()) << cache.status();
   return cache.ok() ? *std::move(cache) : nullptr;
@@ -232,37 +234,50 @@ TEST(ExpertCacheTest, AbandonFreesTheSlotAndForgetsTheKey) {
   ExpectStatsAddUp(s);
 }
 
-TEST(ExpertCacheTest, AwaitReadySeesTheFillFromAnotherThread) {
+// A caller that gets kInFlight pins the slot being filled and waits for the filler's read (as
+// the streaming provider does): until the fill completes the key is never a hit, however long
+// it takes; once another thread completes it the key is ready and the waiter's pin holds.
+TEST(ExpertCacheTest, APinOnAFillInFlightHoldsWhenAnotherThreadCompletesIt) {
   auto cache = MakeCache(2);
   ASSERT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kFill);
+  ASSERT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kInFlight);
+  ASSERT_TRUE(cache->Pin(K(1)).ok());
+  EXPECT_FALSE(cache->Contains(K(1)));
+  EXPECT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kInFlight);  // pinned, still no hit
   std::thread io([&] {
     absl::SleepFor(absl::Milliseconds(20));
     ASSERT_TRUE(cache->MarkFilled(K(1)).ok());
   });
-  auto grant = cache->AwaitReady(K(1), /*pin=*/true, absl::Seconds(10));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!cache->Contains(K(1)) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
   io.join();
-  ASSERT_TRUE(grant.ok()) << grant.status();
-  EXPECT_EQ(grant->outcome, CacheOutcome::kHit);
+  EXPECT_TRUE(cache->Contains(K(1)));
   EXPECT_EQ(cache->stats().pinned_slots, 1);
+  ASSERT_EQ(Use(*cache, K(2)), CacheOutcome::kFill);
+  ASSERT_EQ(Use(*cache, K(3)), CacheOutcome::kFill);  // evicts 2: 1 is pinned
+  EXPECT_EQ(Use(*cache, K(1)), CacheOutcome::kHit);
+  ASSERT_TRUE(cache->Unpin(K(1)).ok());
+  ExpectStatsAddUp(cache->stats());
 }
 
-TEST(ExpertCacheTest, AwaitReadyReportsAnAbandonedFill) {
+// An abandoned fill takes the waiters' pins with it: the key is gone (Pin: NotFound), their pin
+// is not there to release, and the next request fills it anew.
+TEST(ExpertCacheTest, AnAbandonedFillDropsThePinsOfItsWaiters) {
   auto cache = MakeCache(2);
   ASSERT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kFill);
+  ASSERT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kInFlight);
+  ASSERT_TRUE(cache->Pin(K(1)).ok());
   std::thread io([&] {
     absl::SleepFor(absl::Milliseconds(20));
     ASSERT_TRUE(cache->Abandon(K(1)).ok());
   });
-  auto grant = cache->AwaitReady(K(1), /*pin=*/false, absl::Seconds(10));
   io.join();
-  EXPECT_EQ(grant.status().code(), absl::StatusCode::kNotFound);
-}
-
-TEST(ExpertCacheTest, AwaitReadyTimesOut) {
-  auto cache = MakeCache(2);
-  ASSERT_EQ(cache->Request(K(1))->outcome, CacheOutcome::kFill);
-  auto grant = cache->AwaitReady(K(1), false, absl::Milliseconds(10));
-  EXPECT_EQ(grant.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(cache->Contains(K(1)));
+  EXPECT_EQ(cache->stats().pinned_slots, 0);
+  EXPECT_EQ(cache->Pin(K(1)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache->Unpin(K(1)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Use(*cache, K(1)), CacheOutcome::kFill);
+  ExpectStatsAddUp(cache->stats());
 }
 
 TEST(ExpertCacheTest, RequestCanWaitForASlot) {
@@ -297,6 +312,15 @@ void Hammer(std::string_view policy) {
   constexpr int kOps = 3000;
   auto cache = MakeCache(16, policy, /*allocate=*/false);
   std::atomic<int> errors{0};
+  // A waiter on another's fill pins it; an abandon drops that pin. The streaming provider knows
+  // of the abandon from its own read; here each key's abandons are counted, and a waiter pins
+  // and abandons happen under one lock so that the count tells a waiter whether its pin is gone.
+  std::mutex abandon_mu;
+  std::map<ExpertKey, int> abandons;
+  auto abandoned = [&](const ExpertKey& key) {
+    std::lock_guard<std::mutex> lock(abandon_mu);
+    return abandons[key];
+  };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -311,14 +335,26 @@ void Hammer(std::string_view policy) {
         bool pinned = grant->outcome != CacheOutcome::kInFlight;
         if (grant->outcome == CacheOutcome::kFill) {
           if (rng() % 10 == 0) {
+            std::lock_guard<std::mutex> lock(abandon_mu);
             if (!cache->Abandon(key).ok()) ++errors;
+            ++abandons[key];
             pinned = false;
           } else if (!cache->MarkFilled(key).ok()) {
             ++errors;
           }
         } else if (grant->outcome == CacheOutcome::kInFlight) {
-          auto ready = cache->AwaitReady(key, /*pin=*/true, absl::Seconds(5));
-          pinned = ready.ok();  // NotFound when the filler abandoned it
+          int seen = 0;
+          {
+            std::lock_guard<std::mutex> lock(abandon_mu);
+            pinned = cache->Pin(key).ok();  // NotFound when the filler abandoned it already
+            seen = abandons[key];
+          }
+          // Wait for the fill; a pinned key cannot be evicted, only abandoned (and then maybe
+          // filled again by another thread, without this pin).
+          while (pinned && !cache->Contains(key) && abandoned(key) == seen) {
+            std::this_thread::yield();
+          }
+          pinned = pinned && abandoned(key) == seen;
         }
         if (pinned && !cache->Unpin(key).ok()) ++errors;
       }
