@@ -12,6 +12,7 @@
 #include "apps/flags.h"
 #include "apps/generate_options.h"
 #include "apps/run_report.h"
+#include "core/median.h"
 #include "core/progress.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
@@ -178,9 +179,7 @@ void PrintSummary(const BatchTotals& t, const std::vector<double>& per_token, in
                   const ModelConfig& config) {
   const double tokens = static_cast<double>(std::max<int64_t>(1, t.sampled_tokens));
   const StepMetrics& m = t.steps;
-  std::vector<double> sorted = per_token;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  const double median = Median(per_token);
   std::fprintf(stderr,
                "%lld tokens in %.3f s: %.3f tokens/s over the batch (--batch %d, %lld steps, at "
                "most %d live); per sequence, median %.3f s/token\n",

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "apps/cli.h"
+#include "core/median.h"
 #include "core/progress.h"
 
 namespace k3::cli {
@@ -91,9 +92,7 @@ StepMetrics RunReport::decode_totals() const {
 double RunReport::median_decode_seconds() const {
   std::vector<double> s;
   for (size_t i = 1; i < steps_.size(); ++i) s.push_back(steps_[i].metrics.seconds);
-  if (s.empty()) return 0;
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
+  return Median(std::move(s));
 }
 
 void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
