@@ -14,8 +14,10 @@ SAN_CMAKE := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" --lo
 # Under ASan: the PyTorch reference suites (reference.*) run Python, not k3, and take a minute
 # that ASan cannot improve; everything else runs.
 ASAN_EXCLUDE ?= ^reference\.
+# Under ASan (and any sanitizer) the 216-configuration determinism grid runs a pairwise
+# covering subset of its settings (tests/pipeline/engine_test.cc); the normal suite runs it all.
 # Under TSan: the suites with threads of their own (the read engine, the expert cache, the
-# streaming engine, the server's GenerationService). The 144-configuration determinism grid
+# streaming engine, the server's GenerationService). The 216-configuration determinism grid
 # and the batch scheduler's grids and its resume and cancel checks (single-threaded scheduler
 # logic over many runs alone: minutes under TSan) run in the normal and ASan suites; under TSan
 # the other engine and batch tests (faults, lookahead, prefill, packs, a batch's one trunk pass,
@@ -34,15 +36,19 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CU
 # *_tests), so that new test folders are picked up without touching this file.
 test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*_tests\{0,1\}\)$$/\1/p')
 
-.PHONY: all deps configure check-fixtures build run test test-normal test-asan test-tsan fuzz fuzz-ci \
-        fuzz-build clean format
+.PHONY: all deps deps-run configure check-fixtures build run test test-normal test-asan \
+        test-tsan fuzz fuzz-ci fuzz-build clean format
 
 all: build
 
-deps:
-	@scripts/setup-deps.sh $(BUILD)
+# What the k3 binary needs to build and run (`make run`), and everything `make test` uses.
+deps-run:
+	@scripts/setup-deps.sh run $(BUILD)
 
-configure: deps
+deps:
+	@scripts/setup-deps.sh test $(BUILD)
+
+configure: deps-run
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release --log-level=WARNING
 
 build: configure
@@ -67,7 +73,7 @@ check-fixtures: configure
 	  [ -d "$$shared/fixtures" ] || { echo "make test: no shared fixtures at $$shared" \
 	  "(put the repository beside shared/, or set K3_SHARED_DIR)" >&2; exit 2; }
 
-test-normal: check-fixtures build
+test-normal: deps check-fixtures build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included), in the
@@ -90,19 +96,21 @@ test-tsan: deps
 	    --gtest_filter='$(TSAN_FILTER)' || exit 1; \
 	done
 
-# libFuzzer targets (fuzz/), with clang: each runs FUZZ_SECONDS from the committed seeds, after
-# ctest replays every committed corpus file (the regression inputs of past crashes).
+# libFuzzer targets (fuzz/), with clang: each runs FUZZ_SECONDS from the committed seeds, JOBS
+# targets at once, after ctest replays every committed corpus file (the regression inputs of
+# past crashes).
 fuzz-build: deps
 	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
-	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L fuzz
 
 fuzz: fuzz-build
-	@fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD)
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L fuzz
+	@fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(JOBS)
 
-# In CI after test-asan, which has built the fuzzers already (fuzz-build is then a quick check).
+# In CI after test-asan, which has built the fuzzers (fuzz-build is then a quick check) and
+# replayed every corpus file in its ctest run: only the fuzzing here.
 fuzz-ci: fuzz-build
-	@fuzz/run.sh $(FUZZ_CI_SECONDS) $(FUZZ_BUILD)
+	@fuzz/run.sh $(FUZZ_CI_SECONDS) $(FUZZ_BUILD) $(JOBS)
 
 format:
 	@git ls-files '*.h' '*.cc' | xargs clang-format -i

@@ -34,15 +34,15 @@ constexpr char kSecond[] = "What is the capital of France?";
 
 class ChatTest : public ::testing::Test {
  protected:
-  // Two small models with a tokenizer, made once: the second differs in shape, hence in
-  // fingerprint.
+  // Two small models with a tokenizer, made once per build (tests/util/model_cache.h): the
+  // second differs in shape, hence in fingerprint.
   static void SetUpTestSuite() {
     models_ = new testing::TempDir;
     for (const char* layers : {"2", "3"}) {
-      auto r =
-          RunK3({"synth", "--preset", "demo", "--set", std::string("num_hidden_layers=") + layers,
-                 "--set", "full_attn_layers=2", "--out", *models_ / layers, "--quiet"});
-      ASSERT_EQ(r.exit_code, 0) << r.err;
+      ASSERT_TRUE(testing::LinkK3Model(
+          *models_ / layers,
+          {"--preset", "demo", "--set", std::string("num_hidden_layers=") + layers, "--set",
+           "full_attn_layers=2"}));
     }
   }
   static void TearDownTestSuite() { delete models_; }

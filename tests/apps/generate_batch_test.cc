@@ -28,10 +28,9 @@ std::vector<json> Lines(const std::string& text) {
 class GenerateBatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(RunK3({"synth", "--preset", "demo", "--set", "num_hidden_layers=2", "--set",
-                     "full_attn_layers=2", "--out", dir_ / "m", "--quiet"})
-                  .exit_code,
-              0);
+    ASSERT_TRUE(testing::LinkK3Model(
+        dir_ / "m",
+        {"--preset", "demo", "--set", "num_hidden_layers=2", "--set", "full_attn_layers=2"}));
   }
   std::string Write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;

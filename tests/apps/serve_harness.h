@@ -153,15 +153,17 @@ inline json NodeClients(const ServeProcess& s, const json& requests) {
   return out.empty() ? json::array() : json::parse(out);
 }
 
-// The demo model (what `make run` generates on) in `dir`; `layers` > 0 cuts it to that many
-// layers (the same tokenizer and chat template, quicker to run).
+// The demo model (what `make run` generates on) at `dir`; `layers` > 0 cuts it to that many
+// layers (the same tokenizer and chat template, quicker to run). Made once per build and
+// shared by every serve test (tests/util/model_cache.h): `dir` is a symlink to it, which the
+// tests only read. 0 when it is there.
 inline int SynthServeModel(const std::string& dir, int layers = 2) {
-  std::vector<std::string> args = {"synth", "--preset", "demo", "--out", dir, "--quiet"};
+  std::vector<std::string> args = {"--preset", "demo"};
   if (layers > 0) {
     args.insert(args.end(), {"--set", "num_hidden_layers=" + std::to_string(layers), "--set",
                              "full_attn_layers=" + std::to_string(layers)});
   }
-  return RunK3(args).exit_code;
+  return LinkK3Model(dir, args) ? 0 : 1;
 }
 
 // `k3 generate` of the same ids alone: its generated ids.

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
@@ -20,6 +22,7 @@
 #include "core/synth.h"
 #include "core/trunk_pack.h"
 #include "tests/pipeline/engine_run.h"
+#include "tests/util/pairwise.h"
 #include "tests/util/permute_experts.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"
@@ -95,49 +98,68 @@ std::vector<MemorySetting> GridMemory(const std::string& dir) {
            true}};
 }
 
-// Runs the grid of DESIGN.md invariant 1 on `dir`: memory settings (above) x queue depth
-// {1, 8, 32} x distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x overlap on/off.
+// The grid of DESIGN.md invariant 1: memory settings (above) x queue depth {1, 8, 32} x
+// distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x overlap on/off, 216 settings.
+// A sanitizer build runs a pairwise covering subset (tests/util/pairwise.h; K3_FULL_GRID=1 runs
+// all): every value of each dimension with every value of every other at least once.
+constexpr int kGridQueueDepths[] = {1, 8, 32};
+constexpr int kGridDistances[] = {0, 1, 3};
+constexpr int kGridThreads[] = {1, 2};
+constexpr bool kGridOverlap[] = {true, false};
+const std::vector<int> kGridSizes = {6, 3, 3, 2, 2};  // the memory settings first
+
+// Runs the grid's settings on `dir`: the tokens and every logit those of the synchronous model.
 void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_options) {
   const StreamRun base = Baseline(dir);
   TempDir pack;
   ASSERT_NO_FATAL_FAILURE(PackCompressed(dir, pack.path()));
-  int configs = 0;
-  for (const MemorySetting& memory : GridMemory(dir)) {
-    for (int qd : {1, 8, 32}) {
-      for (int distance : {0, 1, 3}) {
-        for (int threads : {1, 2}) {
-          for (bool overlap : {true, false}) {
-            EngineOptions o = base_options;
-            o.model_dir = dir;
-            o.memory = memory.memory;
-            o.ring_piece_bytes = memory.piece_bytes;
-            o.ring_slots = memory.ring_slots;
-            if (memory.compressed) o.trunk_dir = pack.path();
-            o.queue_depth = qd;
-            o.prefetch_distance = distance;
-            o.prefill_prefetch_distance = distance;
-            o.threads = threads;
-            o.overlap = overlap;
-            const std::string where =
-                absl::StrCat("memory ", memory.name, " qd ", qd, " distance ", distance,
-                             " threads ", threads, " overlap ", overlap);
-            auto run = Stream(o);
-            ASSERT_TRUE(run.ok()) << where << ": " << run.status();
-            ASSERT_EQ(run->ids, base.ids) << where;
-            for (size_t i = 0; i < base.logits.size(); ++i) {
-              ASSERT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << where << " step " << i;
-            }
-            // The products ask for pieces in the order the ring reads them.
-            ASSERT_EQ(
-                run->prefill.trunk_pieces_out_of_order + run->decode.trunk_pieces_out_of_order, 0u)
-                << where;
-            ++configs;
-          }
-        }
-      }
+  const std::vector<MemorySetting> memories = GridMemory(dir);
+  ASSERT_EQ(memories.size(), static_cast<size_t>(kGridSizes[0]));
+  const std::vector<::k3::testing::GridPoint> grid = ::k3::testing::TestGrid(kGridSizes);
+  for (const ::k3::testing::GridPoint& p : grid) {
+    const MemorySetting& memory = memories[p[0]];
+    EngineOptions o = base_options;
+    o.model_dir = dir;
+    o.memory = memory.memory;
+    o.ring_piece_bytes = memory.piece_bytes;
+    o.ring_slots = memory.ring_slots;
+    if (memory.compressed) o.trunk_dir = pack.path();
+    o.queue_depth = kGridQueueDepths[p[1]];
+    o.prefetch_distance = kGridDistances[p[2]];
+    o.prefill_prefetch_distance = kGridDistances[p[2]];
+    o.threads = kGridThreads[p[3]];
+    o.overlap = kGridOverlap[p[4]];
+    const std::string where =
+        absl::StrCat("memory ", memory.name, " qd ", o.queue_depth, " distance ",
+                     o.prefetch_distance, " threads ", o.threads, " overlap ", o.overlap);
+    auto run = Stream(o);
+    ASSERT_TRUE(run.ok()) << where << ": " << run.status();
+    ASSERT_EQ(run->ids, base.ids) << where;
+    for (size_t i = 0; i < base.logits.size(); ++i) {
+      ASSERT_TRUE(BitIdentical(run->logits[i], base.logits[i])) << where << " step " << i;
     }
+    // The products ask for pieces in the order the ring reads them.
+    ASSERT_EQ(run->prefill.trunk_pieces_out_of_order + run->decode.trunk_pieces_out_of_order, 0u)
+        << where;
   }
-  EXPECT_EQ(configs, 216);
+  std::cout << "determinism grid: " << grid.size() << " of 216 settings\n";
+}
+
+// The subset a sanitizer build runs covers every pair of values of any two dimensions, and the
+// full grid is every one of the 216 settings once.
+TEST(DeterminismGridTest, ThePairwiseSubsetCoversEveryPairAndTheFullGridEverySetting) {
+  const auto full = ::k3::testing::FullGrid(kGridSizes);
+  EXPECT_EQ(std::set<::k3::testing::GridPoint>(full.begin(), full.end()).size(), 216u);
+  std::set<std::tuple<int, int, int, int>> all, covered;
+  for (const auto& p : full) {
+    for (const auto& pair : ::k3::testing::PairsOf(p)) all.insert(pair);
+  }
+  const auto pairwise = ::k3::testing::PairwiseGrid(kGridSizes);
+  for (const auto& p : pairwise) {
+    for (const auto& pair : ::k3::testing::PairsOf(p)) covered.insert(pair);
+  }
+  EXPECT_EQ(covered, all);
+  EXPECT_LE(pairwise.size(), 24u);  // near 6 x 3 = 18, the least any covering set can have
 }
 
 TEST_F(EngineTest, DeterminismGridTokensAndLogitsBitIdentical) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/util/model_cache.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3::testing {
@@ -69,14 +70,27 @@ inline K3Result RunShell(const std::string& script) {
   return r;
 }
 
-// A suite's own tiny checkpoint, made once with the binary under test (`k3 synth --preset
-// tiny`) into a temp dir: Model().
+// `k3 synth ARGS --quiet` by the binary under test, shared: `link` points to it.
+inline bool LinkK3Model(const std::string& link, const std::vector<std::string>& synth_args) {
+  std::string what = "k3 synth";
+  for (const std::string& a : synth_args) what.append(" ").append(ShellQuote(a));
+  return LinkSharedModel(link, what, K3Bin(), [&](const std::string& out) {
+    std::vector<std::string> args = {"synth", "--out", out, "--quiet"};
+    args.insert(args.end(), synth_args.begin(), synth_args.end());
+    const K3Result r = RunK3(args);
+    EXPECT_EQ(r.exit_code, 0) << what << ": " << r.err;
+    return r.exit_code == 0;
+  });
+}
+
+// A suite's tiny checkpoint, made with the binary under test (`k3 synth --preset tiny`), shared
+// by the test processes of the build (tests/util/model_cache.h) and linked into the suite's
+// temp dir: Model(). The suite's tests only read it.
 class K3TinyModelSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
-    auto r = RunK3({"synth", "--preset", "tiny", "--out", Model(), "--quiet"});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_TRUE(LinkK3Model(Model(), {"--preset", "tiny"}));
   }
   static void TearDownTestSuite() {
     delete dir_;

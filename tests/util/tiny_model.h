@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/synth.h"
+#include "tests/util/model_cache.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3::testing {
@@ -20,15 +21,27 @@ inline SynthOptions TinyModel(const std::string& out_dir) {
   return o;
 }
 
-// A suite's own tiny checkpoint (router skew 1: every expert of a layer in use), written once
-// for the suite into a temp dir: ModelDir().
+// Synthesize(options) with the test binary's own synth code, shared: `link` points to it.
+// `what` names the options (the out_dir is replaced).
+inline bool LinkSynthModel(const std::string& link, const std::string& what, SynthOptions options) {
+  return LinkSharedModel(link, "Synthesize " + what, "/proc/self/exe", [&](const std::string& out) {
+    options.out_dir = out;
+    const auto r = Synthesize(options);
+    EXPECT_TRUE(r.ok()) << what << ": " << r.status();
+    return r.ok();
+  });
+}
+
+// A suite's tiny checkpoint (router skew 1: every expert of a layer in use), shared by the test
+// processes of the build (tests/util/model_cache.h) and linked into the suite's temp dir:
+// ModelDir(). The suite's tests only read it.
 class TinyModelSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    SynthOptions opt = TinyModel(dir_->path() + "/tiny");
+    SynthOptions opt = TinyModel("");
     opt.router_skew = 1.0;
-    ASSERT_TRUE(Synthesize(opt).ok());
+    ASSERT_TRUE(LinkSynthModel(ModelDir(), "tiny, router skew 1", opt));
   }
   static void TearDownTestSuite() {
     delete dir_;
