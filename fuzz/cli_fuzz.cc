@@ -59,11 +59,20 @@ void ApplySetFlag(const std::vector<std::string>& values) {
   if (config.ok()) (void)config->Fingerprint();
 }
 
+// The flags the table gives `sub`, as typed.
+std::vector<std::string> FlagsOf(const k3::cli::Subcommand& sub) {
+  std::vector<std::string> typed;
+  for (const k3::cli::FlagUse& use : k3::cli::FlagTable()) {
+    if ((use.commands & sub.id) != 0) typed.push_back(k3::cli::TypedName(*use.flag));
+  }
+  return typed;
+}
+
 void FuzzValue(const k3::cli::Subcommand& sub, uint8_t which, std::string_view value) {
-  if (sub.flags.empty()) return;
-  const std::string_view typed = sub.flags[which % sub.flags.size()];
-  absl::CommandLineFlag* flag =
-      absl::FindCommandLineFlag(absl::StrReplaceAll(std::string(typed), {{"-", "_"}}));
+  const std::vector<std::string> flags = FlagsOf(sub);
+  if (flags.empty()) return;
+  const std::string& typed = flags[which % flags.size()];
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(absl::StrReplaceAll(typed, {{"-", "_"}}));
   if (flag == nullptr) std::abort();  // the table names a flag that is not registered
   std::string error;
   if (!flag->ParseFrom(std::string(value), &error)) {

@@ -149,6 +149,7 @@ const GenerateError kErrors[] = {
     {"bad_stop_id", {"--ids", "3", "--stop-id", "999"}, 2, "--stop-id 999"},
     {"missing_prompt_file", {"--prompt-file", "/nonexistent/p.txt"}, 2, "/nonexistent/p.txt"},
     {"negative_n_predict", {"--ids", "3", "-n", "-2"}, 2, "--n-predict must be >= 0"},
+    {"out_without_prompts", {"--ids", "3", "--out", "r.jsonl"}, 2, "--out is the results file"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, GenerateErrorTest, ::testing::ValuesIn(kErrors),
