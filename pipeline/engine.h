@@ -1,6 +1,8 @@
 // The engine: one object that opens a checkpoint, plans memory, and runs tokens through the
 // model with the streaming pipeline (expert cache + io_uring reads + TBB flow graph +
-// lookahead prefetch + trunk ring). `k3 generate`, `k3 chat` and `k3 bench` all drive it.
+// lookahead prefetch + trunk ring). Every command drives it through the batch scheduler
+// (pipeline/batch_scheduler.h: Step for a batch, RunSequence for one sequence); Prefill and
+// Decode run one sequence directly, as the tests' reference runs do:
 //
 //   auto engine = Engine::Open(options);          // plan printed by the caller: plan().Describe()
 //   SequenceState state = (*engine)->NewState();
