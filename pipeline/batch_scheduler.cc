@@ -137,7 +137,7 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
     owner.push_back(i);
     totals_.prefill_tokens += static_cast<int64_t>(chunk[i]);
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;
   StepMetrics step;
   const absl::Status status = engine_.Step(segments, logits, &step);
   totals_.steps.Add(step);
