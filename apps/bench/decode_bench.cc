@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -134,10 +135,9 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
     run.prefill_seconds = prompt.seconds;
     if (replay) engine->StartReadLog();
   };
-  int sampled = 0;
-  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& step) {
-    if (sampled < tokens) run.ids.push_back(id);
-    if (sampled++ == 0) return;  // the first token's figures are the prompt's
+  bool first = true;
+  hooks.on_token = [&](int32_t, std::span<const float>, const StepMetrics& step) {
+    if (std::exchange(first, false)) return;  // the first token's figures are the prompt's
     steps.push_back(step.seconds);
     run.decode.Add(step);
   };
@@ -149,6 +149,7 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
   auto done = RunSequence(*engine, std::move(request), hooks);
   if (!done.ok()) return done.status();
   if (done->finish == FinishReason::kInterrupted) return absl::CancelledError("interrupted");
+  run.ids.assign(done->ids.begin(), done->ids.begin() + std::min<size_t>(tokens, done->ids.size()));
   run.seconds_per_token = Median(steps);
   if (!replay) return run;
   const io::ReadLog log = engine->TakeReadLog();

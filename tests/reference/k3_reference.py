@@ -21,10 +21,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k3_checkpoint import (  # noqa: E402  (next to this file)
+# decode_mxfp4 and RefError are re-exported: check_fixture.py and op_vectors.py use them here.
+from k3_checkpoint import (  # noqa: E402,F401  (next to this file)
     PREFIX, Checkpoint, RefError, decode_mxfp4, expect_shape, load_config, load_matrix)
-# decode_mxfp4 and RefError are part of this module's interface (check_fixture.py, op_vectors.py).
-_EXPORTED = (decode_mxfp4,)
 
 DEFAULT_STOP_IDS = (163585, 163586)  # [EOS], <|end_of_msg|> (section 0 Q12)
 MLA_LORA_EPS = 1e-6                   # section 0 Q1
