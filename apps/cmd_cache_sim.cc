@@ -26,7 +26,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "cache-sim";
+constexpr char kCacheSimName[] = "cache-sim";
 
 struct Capacity {
   std::string label;  // as the user wrote it, normalised: "8", "0.5"
@@ -117,19 +117,21 @@ std::string ToJson(const std::vector<std::string>& policies,
 }
 
 int RunCacheSim(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kCacheSimName, "unexpected argument " + positional[0]);
   const std::string path = absl::GetFlag(FLAGS_trace);
-  if (path.empty()) return UsageError(kName, "--trace FILE is required");
+  if (path.empty()) return UsageError(kCacheSimName, "--trace FILE is required");
   const int64_t expert_bytes = absl::GetFlag(FLAGS_expert_bytes);
   if (expert_bytes <= 0) {
-    return UsageError(kName, absl::StrCat("--expert-bytes must be positive, not ", expert_bytes));
+    return UsageError(kCacheSimName,
+                      absl::StrCat("--expert-bytes must be positive, not ", expert_bytes));
   }
   auto capacities = ParseCapacities(absl::GetFlag(FLAGS_capacity_gb), expert_bytes);
-  if (!capacities.ok()) return UsageError(kName, std::string(capacities.status().message()));
+  if (!capacities.ok())
+    return UsageError(kCacheSimName, std::string(capacities.status().message()));
   auto policies = ParsePolicies(absl::GetFlag(FLAGS_policy));
-  if (!policies.ok()) return UsageError(kName, std::string(policies.status().message()));
+  if (!policies.ok()) return UsageError(kCacheSimName, std::string(policies.status().message()));
   absl::StatusOr<std::vector<ExpertKey>> trace = ReadExpertTrace(path);
-  if (!trace.ok()) return ReportError(kName, trace.status());
+  if (!trace.ok()) return ReportError(kCacheSimName, trace.status());
   if (!absl::GetFlag(FLAGS_quiet)) PrintSummary(path, *trace, expert_bytes, *capacities);
 
   std::vector<std::vector<double>> rates(policies->size());
@@ -138,7 +140,7 @@ int RunCacheSim(const std::vector<std::string>& positional) {
       auto stats = ReplayTrace(
           *trace, (*policies)[p],
           {.capacity_bytes = c.bytes, .expert_bytes = static_cast<uint64_t>(expert_bytes)});
-      if (!stats.ok()) return ReportError(kName, stats.status());
+      if (!stats.ok()) return ReportError(kCacheSimName, stats.status());
       rates[p].push_back(stats->hit_rate());
     }
   }
@@ -146,7 +148,7 @@ int RunCacheSim(const std::vector<std::string>& positional) {
   const std::string json_path = absl::GetFlag(FLAGS_report_json);
   if (!json_path.empty()) {
     absl::Status s = io::WriteFileAtomically(json_path, ToJson(*policies, *capacities, rates));
-    if (!s.ok()) return ReportError(kName, s);
+    if (!s.ok()) return ReportError(kCacheSimName, s);
   }
   return kExitOk;
 }
@@ -155,7 +157,7 @@ int RunCacheSim(const std::vector<std::string>& positional) {
 
 const Subcommand& CacheSimCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kCacheSimName,
       "replay an expert trace: hit rate per cache policy and capacity",
       "cache-sim --trace FILE [--expert-bytes N] --capacity-gb 8,16,32,64 "
       "[--policy lru,belady,NAME...] [--report-json FILE]",

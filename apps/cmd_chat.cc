@@ -34,7 +34,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kName[] = "chat";
+constexpr char kChatName[] = "chat";
 
 // Reads stdin a line at a time with read(2), because std::getline retries EINTR and so
 // could not notice Ctrl-C at the prompt.
@@ -350,10 +350,11 @@ int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, cons
   }
   std::printf("\n");
   std::fflush(stdout);
-  if (!status.ok()) return ReportError(kName, status);
+  if (!status.ok()) return ReportError(kChatName, status);
   if (!s.quiet) PrintTurnStats(t, report, chat.turns());
   if (!s.history_path.empty()) {
-    if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok()) return ReportError(kName, h);
+    if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok())
+      return ReportError(kChatName, h);
   }
   if (!s.report_path.empty()) {
     json turn = report.ToJson(engine);
@@ -362,7 +363,7 @@ int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, cons
     turn["interrupted"] = t.interrupted;
     reports.push_back(std::move(turn));
     if (absl::Status r = io::WriteFileAtomically(s.report_path, reports.dump(1) + "\n"); !r.ok())
-      return ReportError(kName, r);
+      return ReportError(kChatName, r);
   }
   return kExitOk;
 }
@@ -373,7 +374,7 @@ int ResetConversation(ChatSession& chat, const ChatSettings& s) {
   chat.Reset();
   if (!s.quiet) std::fprintf(stderr, "[conversation cleared]\n");
   if (s.history_path.empty()) return kExitOk;
-  if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok()) return ReportError(kName, h);
+  if (absl::Status h = chat.SaveHistory(s.history_path); !h.ok()) return ReportError(kChatName, h);
   return kExitOk;
 }
 
@@ -396,7 +397,7 @@ int Converse(ChatSession& chat, const Engine& engine, const ChatSettings& s) {
     if (r == LineReader::Result::kInterrupted) return kExitInterrupted;
     if (r == LineReader::Result::kError) {
       return ReportError(
-          kName, absl::InternalError(absl::StrCat("reading stdin: ", std::strerror(errno))));
+          kChatName, absl::InternalError(absl::StrCat("reading stdin: ", std::strerror(errno))));
     }
     if (line == "/exit" || line == "/quit") return kExitOk;
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
@@ -417,21 +418,21 @@ absl::Status ResumeIfSaved(ChatSession& chat, const ChatSettings& s) {
 }
 
 int RunChat(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kChatName, "unexpected argument " + positional[0]);
   auto settings = ReadSettings();
-  if (!settings.ok()) return ReportError(kName, settings.status());
+  if (!settings.ok()) return ReportError(kChatName, settings.status());
   auto options = EngineOptionsFromFlags();
-  if (!options.ok()) return ReportError(kName, options.status());
+  if (!options.ok()) return ReportError(kChatName, options.status());
   auto tok = FindTokenizer(options->model_dir, /*required=*/true);
-  if (!tok.ok()) return ReportError(kName, tok.status());
+  if (!tok.ok()) return ReportError(kChatName, tok.status());
   auto engine = Engine::Open(*options);
-  if (!engine.ok()) return ReportError(kName, engine.status());
+  if (!engine.ok()) return ReportError(kChatName, engine.status());
   auto stops = StopIds((*engine)->config(), *tok);
-  if (!stops.ok()) return ReportError(kName, stops.status());
+  if (!stops.ok()) return ReportError(kChatName, stops.status());
   ChatSession chat(**engine, **tok, *settings, *std::move(stops));
-  if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kName, s);
+  if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kChatName, s);
   if (!settings->quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
-  if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kName, s);
+  if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kChatName, s);
   InstallInterruptHandler();
   return Converse(chat, **engine, *settings);
 }
@@ -440,7 +441,7 @@ int RunChat(const std::vector<std::string>& positional) {
 
 const Subcommand& ChatCommand() {
   static const Subcommand kCommand{
-      kName,
+      kChatName,
       "talk with the model in the terminal (Kimi chat template)",
       "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
       "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"

@@ -34,7 +34,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "doctor";
+constexpr char kDoctorName[] = "doctor";
 constexpr uint64_t kScratchBytes = 128ull << 20;  // the temp file read without a model
 
 enum class Level { kOk, kWarn, kFail };
@@ -242,7 +242,7 @@ int Finish(Findings& f, const std::string& next) {
   f.extra()["next_command"] = next;
   if (const std::string path = absl::GetFlag(FLAGS_report_json); !path.empty()) {
     if (absl::Status s = io::WriteFileAtomically(path, f.ToJson().dump(2) + "\n"); !s.ok()) {
-      return ReportError(kName, s);
+      return ReportError(kDoctorName, s);
     }
   }
   if (!f.failed()) return kExitOk;
@@ -251,12 +251,12 @@ int Finish(Findings& f, const std::string& next) {
 }
 
 int RunDoctor(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kDoctorName, "unexpected argument " + positional[0]);
   const std::string model = absl::GetFlag(FLAGS_model);
   if (!model.empty() && !io::FileExists(model + "/config.json")) {
     return ReportError(
-        kName, absl::NotFoundError(absl::StrCat(
-                   "--model ", model, ": no config.json there (is it a model directory?)")));
+        kDoctorName, absl::NotFoundError(absl::StrCat(
+                         "--model ", model, ": no config.json there (is it a model directory?)")));
   }
   Findings f;
   std::unique_ptr<Checkpoint> ckpt;
@@ -284,7 +284,7 @@ int RunDoctor(const std::vector<std::string>& positional) {
 
 const Subcommand& DoctorCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kDoctorName,
       "check this machine (io_uring, O_DIRECT, disk speed, RAM) and pick a memory preset",
       "doctor [--model DIR] [--report-json FILE]",
       "Checks what the engine depends on and prints one line per check: io_uring (else reads\n"

@@ -26,7 +26,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "generate";
+constexpr char kGenerateName[] = "generate";
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   std::vector<int32_t> ids;
@@ -124,45 +124,45 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
 }
 
 int RunGenerate(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kGenerateName, "unexpected argument " + positional[0]);
   if (const std::string prompts = absl::GetFlag(FLAGS_prompts); !prompts.empty()) {
     if (!absl::GetFlag(FLAGS_prompt).empty() || !absl::GetFlag(FLAGS_prompt_file).empty() ||
         !absl::GetFlag(FLAGS_ids).empty() || !absl::GetFlag(FLAGS_dump_logits).empty()) {
-      return UsageError(kName,
+      return UsageError(kGenerateName,
                         "--prompts excludes --prompt, --prompt-file, --ids and --dump-logits");
     }
     auto options = EngineOptionsFromFlags();
-    if (!options.ok()) return ReportError(kName, options.status());
+    if (!options.ok()) return ReportError(kGenerateName, options.status());
     return RunGenerateBatch(*options, prompts);
   }
   if (!absl::GetFlag(FLAGS_out).empty()) {
-    return UsageError(kName,
+    return UsageError(kGenerateName,
                       "--out is the results file of --prompts (one prompt's text goes "
                       "to stdout)");
   }
   const int32_t n_predict = absl::GetFlag(FLAGS_n_predict);
-  if (n_predict < 0) return UsageError(kName, "--n-predict must be >= 0");
-  if (auto s = ReadSampler(); !s.ok()) return ReportError(kName, s.status());
+  if (n_predict < 0) return UsageError(kGenerateName, "--n-predict must be >= 0");
+  if (auto s = ReadSampler(); !s.ok()) return ReportError(kGenerateName, s.status());
   auto options = EngineOptionsFromFlags();
-  if (!options.ok()) return ReportError(kName, options.status());
+  if (!options.ok()) return ReportError(kGenerateName, options.status());
   auto prompt = ReadPrompt(options->model_dir);
-  if (!prompt.ok()) return ReportError(kName, prompt.status());
+  if (!prompt.ok()) return ReportError(kGenerateName, prompt.status());
   // The memory plan reserves sequence state for --max-context tokens; past it the latent cache
   // would outgrow the budget.
   const int64_t context = options->max_context;
   if (static_cast<int64_t>(prompt->ids.size()) >= context) {
-    return UsageError(
-        kName, absl::StrCat("the prompt has ", prompt->ids.size(), " tokens, --max-context is ",
-                            context, " (raise --max-context)"));
+    return UsageError(kGenerateName, absl::StrCat("the prompt has ", prompt->ids.size(),
+                                                  " tokens, --max-context is ", context,
+                                                  " (raise --max-context)"));
   }
   // The scheduler ends the sequence where the context is full.
   const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto engine = Engine::Open(*options);
-  if (!engine.ok()) return ReportError(kName, engine.status());
+  if (!engine.ok()) return ReportError(kGenerateName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), prompt->tokenizer);
-  if (!stops.ok()) return ReportError(kName, stops.status());
+  if (!stops.ok()) return ReportError(kGenerateName, stops.status());
 
   InstallInterruptHandler();
   RunReport report(!quiet);
@@ -179,17 +179,17 @@ int RunGenerate(const std::vector<std::string>& positional) {
     json["interrupted"] = Interrupted();
     if (!status.ok()) json["error"] = std::string(status.message());
     if (absl::Status s = io::WriteFileAtomically(path, json.dump(2) + "\n"); !s.ok()) {
-      return ReportError(kName, s);
+      return ReportError(kGenerateName, s);
     }
   }
-  if (!status.ok()) return ReportError(kName, status);
+  if (!status.ok()) return ReportError(kGenerateName, status);
   return Interrupted() ? kExitInterrupted : kExitOk;
 }
 }  // namespace
 
 const Subcommand& GenerateCommand() {
   static const Subcommand kCommand{
-      kName,
+      kGenerateName,
       "generate text, streaming tokens as they are produced",
       "generate [--model DIR] (--prompt TEXT | --prompt-file FILE | --ids 1,2,3) [--n-predict "
       "N]\n"

@@ -17,7 +17,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "inspect";
+constexpr char kInspectName[] = "inspect";
 
 void PrintConfig(const ModelConfig& c) {
   int64_t mla = 0;
@@ -148,11 +148,11 @@ void PrintPresets(const Checkpoint& ckpt) {
 }
 
 int RunInspect(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kInspectName, "unexpected argument " + positional[0]);
   const std::string dir = absl::GetFlag(FLAGS_model);
-  if (dir.empty()) return UsageError(kName, "--model DIR is required");
+  if (dir.empty()) return UsageError(kInspectName, "--model DIR is required");
   auto ckpt = Checkpoint::Open(dir);
-  if (!ckpt.ok()) return ReportError(kName, ckpt.status());
+  if (!ckpt.ok()) return ReportError(kInspectName, ckpt.status());
   std::printf(
       "model       %s: %zu files, %s, %zu tensors\n", dir.c_str(), (*ckpt)->shard_paths().size(),
       FormatBytes(static_cast<double>((*ckpt)->total_bytes())).c_str(), (*ckpt)->tensors().size());
@@ -166,7 +166,7 @@ int RunInspect(const std::vector<std::string>& positional) {
 
 const Subcommand& InspectCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kInspectName,
       "show what a checkpoint holds, check that it is complete, and what each preset gives",
       "inspect --model DIR [--disk-gbps X]",
       "Shows what a checkpoint holds: its config, bytes by kind (embedding, attention, router,\n"

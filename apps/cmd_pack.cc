@@ -17,7 +17,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "pack";
+constexpr char kPackName[] = "pack";
 
 std::string Rate(uint64_t bytes, double seconds) {
   return absl::StrCat(FormatBytes(bytes / std::max(seconds, 1e-9)), "/s");
@@ -26,7 +26,7 @@ std::string Rate(uint64_t bytes, double seconds) {
 int RunVerifyOnly(const Checkpoint& ckpt, const std::string& out) {
   const auto start = std::chrono::steady_clock::now();
   auto pack = TrunkPack::Open(out, ckpt);
-  if (!pack.ok()) return ReportError(kName, pack.status());
+  if (!pack.ok()) return ReportError(kPackName, pack.status());
   uint64_t total = 0;
   std::unique_ptr<ProgressBar> live;  // created at the first report, which brings the total
   absl::Status s = VerifyTrunkPack(ckpt, **pack, [&](uint64_t done, uint64_t all) {
@@ -35,7 +35,7 @@ int RunVerifyOnly(const Checkpoint& ckpt, const std::string& out) {
     total = all;
   });
   if (live) live->Finish();
-  if (!s.ok()) return ReportError(kName, s);
+  if (!s.ok()) return ReportError(kPackName, s);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!absl::GetFlag(FLAGS_quiet)) {
@@ -51,7 +51,7 @@ int RunWrite(const Checkpoint& ckpt, const std::string& out) {
   const bool exists = io::FileExists(absl::StrCat(out, "/", kTrunkManifestFile)) ||
                       io::FileExists(absl::StrCat(out, "/", kTrunkPackFile));
   if (exists && !absl::GetFlag(FLAGS_force)) {
-    return UsageError(kName,
+    return UsageError(kPackName,
                       absl::StrCat(out, " already holds a trunk pack (", kTrunkPackFile, " or ",
                                    kTrunkManifestFile, "); pass --force to overwrite it"));
   }
@@ -61,11 +61,11 @@ int RunWrite(const Checkpoint& ckpt, const std::string& out) {
   const auto& codecs = PackCodecNames();
   if (!options.codec.empty() &&
       std::find(codecs.begin(), codecs.end(), options.codec) == codecs.end()) {
-    return UsageError(kName, absl::StrCat("--codec ", options.codec,
-                                          ": unknown codec (one of: ", codecs.front(), ")"));
+    return UsageError(kPackName, absl::StrCat("--codec ", options.codec,
+                                              ": unknown codec (one of: ", codecs.front(), ")"));
   }
   auto result = WriteTrunkPack(ckpt, out, options);
-  if (!result.ok()) return ReportError(kName, result.status());
+  if (!result.ok()) return ReportError(kPackName, result.status());
   if (!absl::GetFlag(FLAGS_quiet)) {
     const std::string ratio =
         options.codec.empty()
@@ -85,13 +85,13 @@ int RunWrite(const Checkpoint& ckpt, const std::string& out) {
 }
 
 int RunPack(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kPackName, "unexpected argument " + positional[0]);
   const std::string model = absl::GetFlag(FLAGS_model);
   const std::string out = absl::GetFlag(FLAGS_out);
-  if (model.empty()) return UsageError(kName, "--model DIR is required");
-  if (out.empty()) return UsageError(kName, "--out DIR is required");
+  if (model.empty()) return UsageError(kPackName, "--model DIR is required");
+  if (out.empty()) return UsageError(kPackName, "--out DIR is required");
   auto ckpt = Checkpoint::Open(model);
-  if (!ckpt.ok()) return ReportError(kName, ckpt.status());
+  if (!ckpt.ok()) return ReportError(kPackName, ckpt.status());
   return absl::GetFlag(FLAGS_verify_only) ? RunVerifyOnly(**ckpt, out) : RunWrite(**ckpt, out);
 }
 
@@ -99,7 +99,7 @@ int RunPack(const std::vector<std::string>& positional) {
 
 const Subcommand& PackCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kPackName,
       "copy the trunk into one file laid out for streaming, verified byte-exact",
       "pack --model DIR --out DIR [--codec bf16-e3] [--force] [--quiet] [--verify-only]",
       "Copies every non-expert tensor of the checkpoint (attention, shared experts, router,\n"

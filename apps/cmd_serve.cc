@@ -24,7 +24,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "serve";
+constexpr char kServeName[] = "serve";
 constexpr int kDefaultBatch = 8;
 constexpr int kDefaultSavedStates = 4;
 
@@ -92,7 +92,7 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions
 }
 
 int RunServe(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument: " + positional[0]);
+  if (!positional.empty()) return UsageError(kServeName, "unexpected argument: " + positional[0]);
   // Signals go to one thread that stops the server, not to whichever thread they hit: block
   // them before the engine starts its threads. A client that goes away must not kill us.
   sigset_t signals;
@@ -103,22 +103,22 @@ int RunServe(const std::vector<std::string>& positional) {
   signal(SIGPIPE, SIG_IGN);
 
   auto options = EngineOptionsFromFlags();
-  if (!options.ok()) return ReportError(kName, options.status());
-  if (absl::GetFlag(FLAGS_max_queue) < 0) return UsageError(kName, "--max-queue must be >= 0");
+  if (!options.ok()) return ReportError(kServeName, options.status());
+  if (absl::GetFlag(FLAGS_max_queue) < 0) return UsageError(kServeName, "--max-queue must be >= 0");
   auto tokenizer = FindTokenizer(options->model_dir, /*required=*/true);
-  if (!tokenizer.ok()) return ReportError(kName, tokenizer.status());
-  if (auto s = ChooseShape(*options); !s.ok()) return ReportError(kName, s);
+  if (!tokenizer.ok()) return ReportError(kServeName, tokenizer.status());
+  if (auto s = ChooseShape(*options); !s.ok()) return ReportError(kServeName, s);
   auto server_options = ServerOptionsFromFlags(*options);
-  if (!server_options.ok()) return ReportError(kName, server_options.status());
+  if (!server_options.ok()) return ReportError(kServeName, server_options.status());
   auto engine = Engine::Open(*options);
-  if (!engine.ok()) return ReportError(kName, engine.status());
+  if (!engine.ok()) return ReportError(kServeName, engine.status());
   const Shape shape = ShapeOf(**engine);
   // One thread follows each request in the batch or the queue, and a few answer the rest.
   server_options->threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), *tokenizer);
-  if (!stops.ok()) return ReportError(kName, stops.status());
+  if (!stops.ok()) return ReportError(kServeName, stops.status());
 
   server::ServiceOptions service_options;
   service_options.batch = {.batch = shape.batch,
@@ -130,7 +130,7 @@ int RunServe(const std::vector<std::string>& positional) {
   server::HttpServer http(service, **tokenizer, *stops,
                           static_cast<int>((*engine)->config().vocab_size), *server_options);
   auto port = http.Bind();
-  if (!port.ok()) return ReportError(kName, port.status());
+  if (!port.ok()) return ReportError(kServeName, port.status());
   std::fprintf(stderr,
                "listening on http://%s:%d (model %s; batch %d, queue %d, saved states "
                "%d, context %lld)%s\n",
@@ -162,7 +162,7 @@ int RunServe(const std::vector<std::string>& positional) {
 
 const Subcommand& ServeCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kServeName,
       "an OpenAI-compatible HTTP server (chat and completions, streaming) on the batched engine",
       "serve [--model DIR] [memory flags] [--host 127.0.0.1] [--port 8080] [--api-key KEY] "
       "[--max-queue N] [--batch B]",

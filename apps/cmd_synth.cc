@@ -14,10 +14,10 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "synth";
+constexpr char kSynthName[] = "synth";
 
 int RunSynth(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kSynthName, "unexpected argument " + positional[0]);
   SynthOptions opt;
   opt.preset = absl::GetFlag(FLAGS_preset).empty() ? "tiny" : absl::GetFlag(FLAGS_preset);
   opt.out_dir = absl::GetFlag(FLAGS_out);
@@ -26,14 +26,14 @@ int RunSynth(const std::vector<std::string>& positional) {
   opt.show_progress = ShowProgress();
   opt.sparse = absl::GetFlag(FLAGS_sparse);
   opt.single_file = absl::GetFlag(FLAGS_single_file);
-  if (opt.out_dir.empty()) return UsageError(kName, "--out DIR is required");
+  if (opt.out_dir.empty()) return UsageError(kSynthName, "--out DIR is required");
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f16") {
     opt.floats = SynthFloats::kF16;
   } else if (dtype == "f32") {
     opt.floats = SynthFloats::kF32;
   } else if (dtype != "release") {
-    return UsageError(kName, "--dtype must be release, f16 or f32, not '" + dtype + "'");
+    return UsageError(kSynthName, "--dtype must be release, f16 or f32, not '" + dtype + "'");
   }
   const std::string weights = absl::GetFlag(FLAGS_weights);
   if (weights == "gaussian") {
@@ -41,7 +41,7 @@ int RunSynth(const std::vector<std::string>& positional) {
   } else if (weights == "uniform") {
     opt.weights = SynthWeights::kUniform;
   } else if (!weights.empty()) {
-    return UsageError(kName, "--weights must be gaussian or uniform, not '" + weights + "'");
+    return UsageError(kSynthName, "--weights must be gaussian or uniform, not '" + weights + "'");
   }
   // --set is a list flag, which absl splits on commas: full_attn_layers=4,6 arrives as
   // "full_attn_layers=4" and "6". A piece without '=' continues the value before it.
@@ -56,17 +56,18 @@ int RunSynth(const std::vector<std::string>& positional) {
   for (const std::string& kv : sets) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return UsageError(kName, absl::StrCat("--set ", kv, ": expected key=value"));
+      return UsageError(kSynthName, absl::StrCat("--set ", kv, ": expected key=value"));
     }
     opt.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
   if (io::FileExists(opt.out_dir + "/config.json") && !absl::GetFlag(FLAGS_force)) {
-    return UsageError(kName, absl::StrCat(opt.out_dir,
-                                          " already holds a model (config.json); pass --force to "
-                                          "overwrite it"));
+    return UsageError(kSynthName,
+                      absl::StrCat(opt.out_dir,
+                                   " already holds a model (config.json); pass --force to "
+                                   "overwrite it"));
   }
   auto result = Synthesize(opt);
-  if (!result.ok()) return ReportError(kName, result.status());
+  if (!result.ok()) return ReportError(kSynthName, result.status());
   const ModelConfig& c = result->config;
   if (!absl::GetFlag(FLAGS_quiet)) {
     const std::string data = FormatBytes(static_cast<double>(result->bytes_written));
@@ -108,7 +109,7 @@ int RunSynth(const std::vector<std::string>& positional) {
 
 const Subcommand& SynthCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kSynthName,
       "write a random-weight checkpoint in the release layout",
       "synth --preset tiny|demo|bench|slice|full --out DIR [--sparse] [--single-file] [--seed N] "
       "[--weights gaussian|uniform] [--set key=value ...]",

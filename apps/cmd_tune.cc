@@ -31,7 +31,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr char kName[] = "tune";
+constexpr char kTuneName[] = "tune";
 
 absl::StatusOr<std::vector<int>> ListOr(std::string_view flag,
                                         const std::vector<std::string>& values,
@@ -148,35 +148,35 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
 }
 
 int RunTune(const std::vector<std::string>& positional) {
-  if (!positional.empty()) return UsageError(kName, "unexpected argument " + positional[0]);
+  if (!positional.empty()) return UsageError(kTuneName, "unexpected argument " + positional[0]);
   auto base = BaseEngineOptionsFromFlags();
-  if (!base.ok()) return ReportError(kName, base.status());
+  if (!base.ok()) return ReportError(kTuneName, base.status());
   auto dir = ModelDirFromFlags();
-  if (!dir.ok()) return ReportError(kName, dir.status());
+  if (!dir.ok()) return ReportError(kTuneName, dir.status());
   base->model_dir = *dir;
   base->show_progress = false;
   // The config alone: every run opens the checkpoint anyway, and its header is the slow part.
   auto config = LoadModelConfig(*dir + "/config.json");
-  if (!config.ok()) return ReportError(kName, config.status());
+  if (!config.ok()) return ReportError(kTuneName, config.status());
   auto dims = Dimensions(*config);
-  if (!dims.ok()) return UsageError(kName, std::string(dims.status().message()));
+  if (!dims.ok()) return UsageError(kTuneName, std::string(dims.status().message()));
   std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
   if (profile_flags.empty()) profile_flags = {"direct"};
   auto parsed = io::ParseStorageProfileList(profile_flags);  // the flag split them at commas
   if (!parsed.ok()) {
-    return UsageError(kName, absl::StrCat("--storage-profile: ", parsed.status().message()));
+    return UsageError(kTuneName, absl::StrCat("--storage-profile: ", parsed.status().message()));
   }
   std::vector<std::string> profiles;
   for (const io::StorageProfile& p : *parsed) profiles.push_back(p.name);
   const double budget = absl::GetFlag(FLAGS_budget_s);
   const int tokens = absl::GetFlag(FLAGS_tokens);
   const int rounds = absl::GetFlag(FLAGS_repeat);
-  if (budget <= 0) return UsageError(kName, "--budget-s must be positive");
-  if (tokens < 2) return UsageError(kName, "--tokens must be at least 2");
-  if (rounds < 1) return UsageError(kName, "--repeat must be at least 1");
+  if (budget <= 0) return UsageError(kTuneName, "--budget-s must be positive");
+  if (tokens < 2) return UsageError(kTuneName, "--tokens must be at least 2");
+  if (rounds < 1) return UsageError(kTuneName, "--repeat must be at least 1");
   if (base->max_context < bench::kPromptTokens + tokens) {
     return UsageError(
-        kName, absl::StrCat("--max-context must be at least ", bench::kPromptTokens + tokens));
+        kTuneName, absl::StrCat("--max-context must be at least ", bench::kPromptTokens + tokens));
   }
   InstallInterruptHandler();
   nlohmann::json by_profile = nlohmann::json::object();
@@ -193,7 +193,7 @@ int RunTune(const std::vector<std::string>& positional) {
                          .label = profile};
     o.defaults.storage_profile = profile;
     auto r = tune::Sweep(o);
-    if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kName, r.status());
+    if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kTuneName, r.status());
     std::printf(
         "%sk3 tune: %s, profile %s: %d cold runs of %d tokens in %.1f s (budget %.0f s)\n\n",
         first.is_null() ? "" : "\n", dir->c_str(), profile.c_str(), r->runs, tokens,
@@ -211,7 +211,7 @@ int RunTune(const std::vector<std::string>& positional) {
          {"tokens", tokens},
          {"profiles", by_profile}});
     if (absl::Status st = io::WriteFileAtomically(out, file.dump(2) + "\n"); !st.ok()) {
-      return ReportError(kName, st);
+      return ReportError(kTuneName, st);
     }
     std::printf("settings written to %s: k3 generate|chat|bench|serve --settings %s\n", out.c_str(),
                 out.c_str());
@@ -223,7 +223,7 @@ int RunTune(const std::vector<std::string>& positional) {
 
 const Subcommand& TuneCommand() {
   static const Subcommand kCommand = {
-      kName,
+      kTuneName,
       "find the fastest queue depth, prefetch distance and width and threads on this volume",
       "tune --model DIR [--budget-s 600] [--queue-depth 1,4,8,16,32,64] [--prefetch-distance "
       "0,1,2]\n"

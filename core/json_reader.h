@@ -21,6 +21,14 @@
 #include "absl/status/status.h"
 #include "io/aligned_buffer.h"
 #include "io/file.h"
+
+// simdjson adds members to its parser where __OPTIMIZE__ is undefined (its "development
+// checks"): a file compiled at -O0 (the test programs in the sanitizer builds) and one at -O1
+// would disagree on JsonReader's size, and the linker keeps one copy of its inline constructor.
+// One layout everywhere.
+#ifndef SIMDJSON_DEVELOPMENT_CHECKS
+#define SIMDJSON_DEVELOPMENT_CHECKS 0
+#endif
 #include "simdjson.h"
 
 namespace k3 {

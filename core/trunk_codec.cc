@@ -16,12 +16,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "io/aligned_buffer.h"
 #include "kernels/bf16_codec.h"
 
 namespace k3 {
 namespace {
-
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 uint64_t RowBytes(const PackedTensor& t) { return t.length / static_cast<uint64_t>(t.shape[0]); }
 
@@ -110,7 +109,7 @@ absl::Status WriteCompressedTensor(const Checkpoint& ckpt, const TensorInfo& inf
   std::vector<uint8_t> coded(kernels::Bf16EncodedBound(raw.size() / 2));
   out.codec = kBf16Codec;
   out.blocks.clear();
-  out.offset = AlignUp(w.bytes_written(), kRunAlignment);
+  out.offset = io::AlignUpTo(w.bytes_written(), kRunAlignment);
   uint32_t crc = 0;
   for (uint64_t r = 0; r < rows; r += per_block) {
     const uint64_t n = std::min(per_block, rows - r);
@@ -122,7 +121,7 @@ absl::Status WriteCompressedTensor(const Checkpoint& ckpt, const TensorInfo& inf
     }
     crc = Crc32c(crc, src.data(), src.size());
     const size_t length = kernels::Bf16Encode(AsValues(std::span<const uint8_t>(src)), coded);
-    PackedBlock block{AlignUp(w.bytes_written(), kRunAlignment), length, n,
+    PackedBlock block{io::AlignUpTo(w.bytes_written(), kRunAlignment), length, n,
                       BlockHash({coded.data(), length})};
     if (absl::Status s = PadTo(w, block.offset); !s.ok()) return s;
     if (absl::Status s = w.Append({coded.data(), length}); !s.ok()) return s;

@@ -16,6 +16,7 @@
 #include "core/tensor_names.h"
 #include "core/trunk_codec.h"
 #include "core/trunk_manifest.h"
+#include "io/aligned_buffer.h"
 #include "io/file.h"
 
 namespace k3 {
@@ -24,8 +25,6 @@ namespace {
 // Reads and compares in pieces of this size: large enough for sequential throughput, small
 // enough that a 2 GB embedding never needs a 2 GB buffer.
 constexpr uint64_t kChunkBytes = 4 << 20;
-
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // ---- CRC-32C ------------------------------------------------------------------------------
 
@@ -177,7 +176,7 @@ absl::Status WriteRuns(const Checkpoint& ckpt, std::vector<PackedRun>& runs, uin
   uint64_t done = 0;
   auto advanced = [&](uint64_t n) { bar.Update(done += n); };
   for (PackedRun& run : runs) {
-    run.offset = AlignUp(w.bytes_written(), kRunAlignment);
+    run.offset = io::AlignUpTo(w.bytes_written(), kRunAlignment);
     if (absl::Status s = PadTo(w, run.offset); !s.ok()) return s;
     for (PackedTensor& t : run.tensors) {
       const TensorInfo& info = *ckpt.Find(t.name);
@@ -185,13 +184,13 @@ absl::Status WriteRuns(const Checkpoint& ckpt, std::vector<PackedRun>& runs, uin
       if (!t.codec.empty()) {
         s = WriteCompressedTensor(ckpt, info, block_bytes, w, t, advanced);
       } else {
-        t.offset = AlignUp(w.bytes_written(), kTensorAlignment);
+        t.offset = io::AlignUpTo(w.bytes_written(), kTensorAlignment);
         s = PadTo(w, t.offset);
         if (s.ok()) s = CopyTensor(ckpt, info, w, t, advanced);
       }
       if (!s.ok()) return s;
     }
-    const uint64_t end = AlignUp(std::max(w.bytes_written(), run.offset + 1), kRunAlignment);
+    const uint64_t end = io::AlignUpTo(std::max(w.bytes_written(), run.offset + 1), kRunAlignment);
     if (absl::Status s = PadTo(w, end); !s.ok()) return s;
     run.length = end - run.offset;
   }

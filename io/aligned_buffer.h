@@ -18,6 +18,10 @@ inline constexpr uint64_t kDirectAlignment = 4096;
 
 inline constexpr uint64_t AlignDown(uint64_t x) { return x & ~(kDirectAlignment - 1); }
 inline constexpr uint64_t AlignUp(uint64_t x) { return AlignDown(x + kDirectAlignment - 1); }
+// `x` rounded up to a multiple of `alignment` (any positive value).
+inline constexpr uint64_t AlignUpTo(uint64_t x, uint64_t alignment) {
+  return (x + alignment - 1) / alignment * alignment;
+}
 
 // The aligned superset of the file range [offset, offset + length): the engine reads
 // [aligned_offset, aligned_offset + aligned_length) into the buffer, so the requested bytes

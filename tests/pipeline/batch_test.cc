@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/synth.h"
 #include "pipeline/batch_scheduler.h"
+#include "tests/util/pairwise.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"
 
@@ -161,18 +162,17 @@ TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBatchSizeAndOrder) {
   ASSERT_TRUE(alone[5].ids.empty());
   const std::vector<size_t> forward = {0, 1, 2, 3, 4, 5, 6}, shuffled = {3, 0, 6, 2, 5, 1, 4};
   const std::vector<size_t> backward(forward.rbegin(), forward.rend());
-  for (int batch : {1, 2, 3, 8}) {
-    for (int share : {1, 5, 64}) {
-      for (const std::vector<size_t>* order : {&forward, &backward, &shuffled}) {
-        const std::string where = absl::StrCat("batch ", batch, " share ", share, " order ",
-                                               order == &forward ? "forward" : "other");
-        auto batched = Batched(**engine, requests, *order,
-                               {.batch = batch,
-                                .prefill_tokens_per_step = share,
-                                .max_context = Options().max_context});
-        ExpectSame(alone, batched, where);
-      }
-    }
+  const int batches[] = {1, 2, 3, 8}, shares[] = {1, 5, 64};
+  const std::vector<size_t>* orders[] = {&forward, &backward, &shuffled};
+  // All 36 settings; a pairwise covering subset of them under a sanitizer (tests/util/pairwise.h).
+  for (const ::k3::testing::GridPoint& p : ::k3::testing::TestGrid({4, 3, 3})) {
+    const int batch = batches[p[0]], share = shares[p[1]];
+    const std::string where =
+        absl::StrCat("batch ", batch, " share ", share, " order ", p[2] == 0 ? "forward" : "other");
+    auto batched = Batched(
+        **engine, requests, *orders[p[2]],
+        {.batch = batch, .prefill_tokens_per_step = share, .max_context = Options().max_context});
+    ExpectSame(alone, batched, where);
   }
 }
 
@@ -197,34 +197,33 @@ TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBudgetAndSetting) {
                              {{.preset = "laptop"}},
                              {{.preset = "max"}}};
   const std::vector<size_t> order = {2, 0, 1, 6, 4, 3, 5};
-  for (const Memory& m : memories) {
-    for (int threads : {1, 2}) {
-      // Overlap with lookahead, and the serial baseline.
-      for (auto [overlap, distance] : {std::pair{true, 2}, std::pair{false, 0}}) {
-        {
-          EngineOptions o = Options();
-          o.memory = m.request;
-          o.ring_piece_bytes = m.piece_bytes;
-          o.ring_slots = m.slots;
-          o.threads = threads;
-          o.overlap = overlap;
-          o.prefetch_distance = distance;
-          o.sequences = 3;
-          const std::string where =
-              absl::StrCat(m.request.preset, " pieces ", m.piece_bytes, " threads ", threads,
-                           " overlap ", overlap, " distance ", distance);
-          auto engine = Engine::Open(o);
-          ASSERT_TRUE(engine.ok()) << where << ": " << engine.status();
-          BatchTotals totals;
-          auto batched = Batched(
-              **engine, requests, order,
-              {.batch = 3, .prefill_tokens_per_step = 6, .max_context = o.max_context}, &totals);
-          ExpectSame(alone, batched, where);
-          EXPECT_EQ(totals.max_live, 3) << where;
-          EXPECT_EQ(totals.steps.trunk_pieces_out_of_order, 0u) << where;
-        }
-      }
-    }
+  const int thread_counts[] = {1, 2};
+  // Overlap with lookahead, and the serial baseline.
+  const std::pair<bool, int> overlaps[] = {{true, 2}, {false, 0}};
+  // All 16 settings; a pairwise covering subset of them under a sanitizer.
+  for (const ::k3::testing::GridPoint& p : ::k3::testing::TestGrid({4, 2, 2})) {
+    const Memory& m = memories[p[0]];
+    const int threads = thread_counts[p[1]];
+    const auto [overlap, distance] = overlaps[p[2]];
+    EngineOptions o = Options();
+    o.memory = m.request;
+    o.ring_piece_bytes = m.piece_bytes;
+    o.ring_slots = m.slots;
+    o.threads = threads;
+    o.overlap = overlap;
+    o.prefetch_distance = distance;
+    o.sequences = 3;
+    const std::string where = absl::StrCat(m.request.preset, " pieces ", m.piece_bytes, " threads ",
+                                           threads, " overlap ", overlap, " distance ", distance);
+    auto engine = Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << where << ": " << engine.status();
+    BatchTotals totals;
+    auto batched =
+        Batched(**engine, requests, order,
+                {.batch = 3, .prefill_tokens_per_step = 6, .max_context = o.max_context}, &totals);
+    ExpectSame(alone, batched, where);
+    EXPECT_EQ(totals.max_live, 3) << where;
+    EXPECT_EQ(totals.steps.trunk_pieces_out_of_order, 0u) << where;
   }
 }
 

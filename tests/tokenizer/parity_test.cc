@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/tokenizer/test_vocab.h"
+#include "tests/util/source_path.h"
 
 namespace k3 {
 namespace {
@@ -56,7 +57,7 @@ const char* EnvOr(const char* name, const char* fallback) {
 // Runs the oracle script; returns an error message or "".
 std::string RunOracle(const std::vector<std::string>& args) {
   std::string command = ShellQuote(EnvOr("K3_NODE", "node")) + " " +
-                        ShellQuote(std::string(K3_TOKENIZER_TEST_DIR) + "/oracle.cjs");
+                        ShellQuote(testing::SourcePath("tests/tokenizer/oracle.cjs"));
   for (const std::string& a : args) {
     command += ' ';
     command += ShellQuote(a);
@@ -211,8 +212,8 @@ void CompareWithReference(const fs::path& dir, const fs::path& oracle_dir,
 }
 
 TEST_P(ParityTest, SameIdsAsTheReference) {
-  const fs::path corpus_path = EnvOr(
-      "K3_PARITY_CORPUS", (std::string(K3_TOKENIZER_TEST_DIR) + "/parity_corpus.json").c_str());
+  const fs::path corpus_path =
+      EnvOr("K3_PARITY_CORPUS", testing::SourcePath("tests/tokenizer/parity_corpus.json").c_str());
   CompareWithReference(dir_->path(), *oracle_dir_, GetParam(), corpus_path);
 }
 

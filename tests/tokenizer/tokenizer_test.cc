@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/tokenizer/test_vocab.h"
+#include "tests/util/source_path.h"
 
 namespace k3 {
 namespace {
@@ -149,7 +150,7 @@ TEST(DecodeTest, GapInRanksIsAnError) {
 }
 
 std::vector<std::string> CorpusStrings() {
-  std::ifstream in(std::string(K3_TOKENIZER_TEST_DIR) + "/parity_corpus.json");
+  std::ifstream in(testing::SourcePath("tests/tokenizer/parity_corpus.json"));
   std::stringstream buffer;
   buffer << in.rdbuf();
   const nlohmann::json corpus = nlohmann::json::parse(buffer.str());
