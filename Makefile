@@ -26,12 +26,13 @@ ASAN_EXCLUDE ?= ^reference\.
 # the other engine and batch tests (faults, lookahead, prefill, packs, a batch's one trunk pass,
 # interrupts) cover the same threads.
 TSAN_TESTS ?= io_tests pipeline_tests server_tests
-# CacheSimCliTest runs the k3 binary (a single-threaded simulator): the TSan build compiles the
+# The CacheSim* tests run the k3 binary (a single-threaded simulator): the TSan build compiles the
 # libraries and these test programs only, not the commands (K3_TESTS_BUILD_K3=OFF).
-TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.AResumed*:BatchTest.ACancelled*:CacheSimCliTest.*
-# Each suite runs as this many GoogleTest shards at once (scripts/gtest-shards.sh): a TSan
-# process slows as it runs on, and the pipeline suite took 434 s in one process, 80 s in two.
-TSAN_SHARDS ?= $(JOBS)
+TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.AResumed*:BatchTest.ACancelled*:*CacheSim*
+# Under the sanitizers each GoogleTest program runs as this many shards (scripts/gtest-shards.sh),
+# JOBS processes at once: a TSan process slows as it runs on (the pipeline suite took 434 s in
+# one process, 80 s in two), and more shards than cores keep both cores busy to the end.
+SAN_SHARDS ?= 4
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -40,6 +41,10 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CU
 # The GoogleTest binaries of a configured build dir (every executable target named *_test or
 # *_tests), so that new test folders are picked up without touching this file.
 test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*_tests\{0,1\}\)$$/\1/p')
+# The paths of the binaries of test targets $(1), run inside their build dir; fails naming a
+# missing one (use as `bins=$(call test_binaries,...) && ...`).
+test_binaries = $$(for t in $(1); do b=$$(find tests -name $$t -type f -perm -u+x | head -1); \
+  [ -n "$$b" ] || { echo "no test binary $$t" >&2; exit 1; }; echo ./$$b; done)
 
 .PHONY: all deps deps-run configure check-fixtures build run test test-normal test-asan \
         test-tsan fuzz fuzz-ci fuzz-build clean format
@@ -82,24 +87,23 @@ test-normal: deps check-fixtures build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under ASan+UBSan (the k3 binary the end-to-end tests run included), in the
-# fuzz build, then the fuzzers' corpus replays with it.
+# fuzz build: the GoogleTest programs whole, SAN_SHARDS shards each, JOBS processes at once
+# (scripts/gtest-shards.sh; the normal build runs every test in a process of its own), then the
+# rest of ctest (the fuzzers' corpus replays, the sshfs volume test).
 test-asan: deps
 	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target k3 fuzzers $(call test_targets,$(FUZZ_BUILD))
 	@[ -e $(FUZZ_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(FUZZ_BUILD)/oracle
-	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -E '$(ASAN_EXCLUDE)'
-# The threaded suites under TSan, run directly (their tests all run, one binary at a time, each
-# binary in TSAN_SHARDS shards).
+	@cd $(FUZZ_BUILD) && bins=$(call test_binaries,$(call test_targets,.)) && \
+	  $(CURDIR)/scripts/gtest-shards.sh $(JOBS) $(SAN_SHARDS) $$bins -- --gtest_brief=1
+	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -LE gtest -E '$(ASAN_EXCLUDE)'
+# The threaded suites under TSan, the same way, with TSAN_FILTER.
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -DK3_SANITIZE=thread -DK3_TESTS_BUILD_K3=OFF $(SAN_CMAKE)
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
-	@cd $(TSAN_BUILD) && for t in $(TSAN_TESTS); do \
-	  bin=$$(find tests -name $$t -type f -perm -u+x | head -1); \
-	  [ -n "$$bin" ] || { echo "test-tsan: no $$t" >&2; exit 1; }; \
-	  echo "test-tsan: $$bin"; \
-	  $(CURDIR)/scripts/gtest-shards.sh $(TSAN_SHARDS) ./$$bin --gtest_brief=1 \
-	    --gtest_filter='$(TSAN_FILTER)' || exit 1; \
-	done
+	@cd $(TSAN_BUILD) && bins=$(call test_binaries,$(TSAN_TESTS)) && \
+	  $(CURDIR)/scripts/gtest-shards.sh $(JOBS) $(SAN_SHARDS) $$bins -- --gtest_brief=1 \
+	  --gtest_filter='$(TSAN_FILTER)'
 
 # libFuzzer targets (fuzz/), with clang: each runs FUZZ_SECONDS from the committed seeds, JOBS
 # targets at once, after ctest replays every committed corpus file (the regression inputs of

@@ -40,7 +40,7 @@ TEST_P(Bf16, WidensEveryBitPatternExactly) {
   EXPECT_EQ(Bf16ToF32(uint16_t{0x3F80}), 1.0f);
 }
 
-struct Shape {
+struct RowsCols {
   size_t rows;
   size_t cols;
 };
@@ -58,8 +58,9 @@ std::vector<double> AbsProducts(const std::vector<uint16_t>& w, size_t rows, siz
 
 // Column counts around every vector width (4, 8, 16) and the real 7168.
 TEST_P(Bf16, MatVecMatchesScalar) {
-  for (const Shape s : {Shape{1, 1}, Shape{3, 3}, Shape{5, 7}, Shape{9, 15}, Shape{4, 16},
-                        Shape{7, 17}, Shape{6, 33}, Shape{11, 100}, Shape{13, 7168}}) {
+  for (const RowsCols s :
+       {RowsCols{1, 1}, RowsCols{3, 3}, RowsCols{5, 7}, RowsCols{9, 15}, RowsCols{4, 16},
+        RowsCols{7, 17}, RowsCols{6, 33}, RowsCols{11, 100}, RowsCols{13, 7168}}) {
     const std::vector<uint16_t> w = RandomBf16(s.rows * s.cols, 50 + s.cols);
     const std::vector<float> x = RandomFloats(s.cols, 60 + s.cols);
     const Bf16Matrix m{w, s.rows, s.cols};
@@ -77,8 +78,8 @@ TEST_P(Bf16, MatVecMatchesScalar) {
 TEST_P(Bf16, MatMulMatchesScalarAndMatVecBitExactly) {
   // From 8 tokens the panel product runs: 1040 columns are three column blocks, the last a
   // short one; 600 and 1031 end in a tail chunk.
-  for (const Shape s :
-       {Shape{1, 1}, Shape{6, 7}, Shape{9, 33}, Shape{13, 600}, Shape{21, 1031}, Shape{10, 1040}}) {
+  for (const RowsCols s : {RowsCols{1, 1}, RowsCols{6, 7}, RowsCols{9, 33}, RowsCols{13, 600},
+                           RowsCols{21, 1031}, RowsCols{10, 1040}}) {
     const std::vector<uint16_t> w = RandomBf16(s.rows * s.cols, 70 + s.cols);
     const Bf16Matrix m{w, s.rows, s.cols};
     for (size_t tokens : {1, 2, 3, 4, 5, 8, 16, 64}) {
