@@ -33,6 +33,9 @@ TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.A
 # JOBS processes at once: a TSan process slows as it runs on (the pipeline suite took 434 s in
 # one process, 80 s in two), and more shards than cores keep both cores busy to the end.
 SAN_SHARDS ?= 4
+# The programs with the longest shards under ASan (ServeTest's eight clients, the engine and
+# batch suites), started first so that the two cores finish together.
+SAN_FIRST ?= serve_tests pipeline_tests
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -45,6 +48,9 @@ test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z
 # missing one (use as `bins=$(call test_binaries,...) && ...`).
 test_binaries = $$(for t in $(1); do b=$$(find tests -name $$t -type f -perm -u+x | head -1); \
   [ -n "$$b" ] || { echo "no test binary $$t" >&2; exit 1; }; echo ./$$b; done)
+
+# Targets $(1), then those of $(2) not in $(1).
+first_then = $(1) $$(for t in $(2); do case " $(1) " in *" $$t "*) ;; *) echo $$t;; esac; done)
 
 .PHONY: all deps deps-run configure check-fixtures build run test test-normal test-asan \
         test-tsan fuzz fuzz-ci fuzz-build clean format
@@ -94,7 +100,7 @@ test-asan: deps
 	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target k3 fuzzers $(call test_targets,$(FUZZ_BUILD))
 	@[ -e $(FUZZ_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(FUZZ_BUILD)/oracle
-	@cd $(FUZZ_BUILD) && bins=$(call test_binaries,$(call test_targets,.)) && \
+	@cd $(FUZZ_BUILD) && bins=$(call test_binaries,$(call first_then,$(SAN_FIRST),$(call test_targets,.))) && \
 	  $(CURDIR)/scripts/gtest-shards.sh $(JOBS) $(SAN_SHARDS) $$bins -- --gtest_brief=1
 	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -LE gtest -E '$(ASAN_EXCLUDE)'
 # The threaded suites under TSan, the same way, with TSAN_FILTER.

@@ -29,8 +29,10 @@ for bin in "${binaries[@]}"; do
     fi
     log="$logs/$(basename "$bin").$i"
     (
+      start=$EPOCHREALTIME
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin" "$@" > "$log" 2>&1
       echo $? > "$log.rc"
+      awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }' > "$log.time"
     ) &
     running=$((running + 1))
   done
@@ -42,7 +44,7 @@ for bin in "${binaries[@]}"; do
   for ((i = 0; i < shards; i++)); do
     log="$logs/$(basename "$bin").$i"
     if [ "$(cat "$log.rc" 2> /dev/null)" = 0 ]; then
-      echo "$bin shard $i: $(tail -n 1 "$log")"
+      echo "$bin shard $i: $(tail -n 1 "$log") ($(cat "$log.time"))"
     else
       echo "$bin shard $i of $shards failed:" >&2
       cat "$log" >&2
