@@ -137,15 +137,14 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
     owner.push_back(i);
     totals_.prefill_tokens += static_cast<int64_t>(chunk[i]);
   }
-  std::vector<float>& logits = logits_;
   StepMetrics step;
-  const absl::Status status = engine_.Step(segments, logits, &step);
+  const absl::Status status = engine_.Step(segments, logits_, &step);
   totals_.steps.Add(step);
   if (!status.ok()) return status;
   if (on_step_) on_step_(step);
   ++totals_.step_count;
   totals_.max_live = std::max(totals_.max_live, static_cast<int>(live.size()));
-  const size_t vocab = logits.size() / segments.size();
+  const size_t vocab = logits_.size() / segments.size();
   const double now = Now() - started_;
   std::vector<std::optional<FinishReason>> done(live.size());
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -153,7 +152,7 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
     seq.prefilled += chunk[owner[s]];
     if (!seq.decoding()) continue;  // more of its prompt to run
     BatchResult& r = seq.result;
-    const std::span<const float> row(logits.data() + s * vocab, vocab);
+    const std::span<const float> row(logits_.data() + s * vocab, vocab);
     if (chunk[owner[s]] > 0) {
       if (seq.request.keep_prompt_state && on_prompt_state_) on_prompt_state_(r.index, seq.state);
       if (on_prompt_end_) on_prompt_end_(r.index, row);

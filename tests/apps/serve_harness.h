@@ -17,6 +17,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
+#include "tests/util/source_path.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3::testing {
@@ -134,9 +135,7 @@ inline bool WaitForMetric(const ServeProcess& s, const std::string& sample, doub
 inline json NodeClients(const ServeProcess& s, const json& requests) {
   const char* build = std::getenv("K3_BUILD_DIR");
   const std::string oracle = std::string(build != nullptr ? build : "build") + "/oracle";
-  const char* source = std::getenv("K3_SOURCE_DIR");
-  const std::string script =
-      std::string(source != nullptr ? source : ".") + "/tests/apps/serve_client.cjs";
+  const std::string script = testing::SourcePath("tests/apps/serve_client.cjs");
   if (!std::ifstream(oracle + "/node_modules/openai/package.json")) {
     ADD_FAILURE() << "the npm package openai is not in " << oracle
                   << " (scripts/setup-deps.sh installs it)";

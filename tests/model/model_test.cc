@@ -19,6 +19,7 @@
 #include "core/synth.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
+#include "tests/util/source_path.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {
@@ -81,8 +82,7 @@ ReferenceRun RunReference(const std::string& model_dir, int n_predict) {
   testing::TempDir out;
   std::string cmd =
       absl::StrCat(testing::ShellQuote(std::getenv("K3_PYTHON")), " ",
-                   testing::ShellQuote(std::string(std::getenv("K3_SOURCE_DIR")) +
-                                       "/tests/reference/k3_reference.py"),
+                   testing::ShellQuote(testing::SourcePath("tests/reference/k3_reference.py")),
                    " --model ", testing::ShellQuote(model_dir), " --ids ",
                    absl::StrJoin(kPrompt, ","), " --n-predict ", n_predict, " --dump-all-logits ",
                    out / "all.f32", " --report-json ", out / "report.json", " >/dev/null");

@@ -9,6 +9,7 @@
 #include "kernels/model_ops.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
+#include "tests/util/source_path.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {
@@ -20,10 +21,10 @@ class OpsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     testing::TempDir dir;
-    const std::string cmd = testing::ShellQuote(std::getenv("K3_PYTHON")) + " " +
-                            testing::ShellQuote(std::string(std::getenv("K3_SOURCE_DIR")) +
-                                                "/tests/reference/op_vectors.py") +
-                            " " + testing::ShellQuote(dir / "ops.json");
+    const std::string cmd =
+        testing::ShellQuote(std::getenv("K3_PYTHON")) + " " +
+        testing::ShellQuote(testing::SourcePath("tests/reference/op_vectors.py")) + " " +
+        testing::ShellQuote(dir / "ops.json");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     cases_ = new json(json::parse(testing::ReadAll(dir / "ops.json")));
   }
