@@ -41,9 +41,25 @@ FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp
 
+# Ninja (Debian's ninja-build, in the run set of scripts/setup-deps.sh) compiles a target's files
+# as soon as their own inputs exist, where the Makefiles' generator finishes one library before
+# starting the next and leaves a core idle at each step (docs/TESTING.md). Evaluated when a recipe
+# runs, after deps-run has installed it.
+GENERATOR ?= $(if $(shell command -v ninja),Ninja,Unix Makefiles)
+# Configures build dir $(1) with GENERATOR and the arguments $(2). CMake refuses to switch the
+# generator of a configured dir: a cache written by another one is dropped first (the objects
+# are rebuilt; the npm packages in $(1)/oracle stay).
+cmake_configure = g=$$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' $(1)/CMakeCache.txt 2>/dev/null); \
+  if [ -n "$$g" ] && [ "$$g" != "$(GENERATOR)" ]; then \
+    echo "$(1): configured for $$g before; configuring for $(GENERATOR)"; \
+    rm -rf $(1)/CMakeCache.txt $(1)/CMakeFiles; fi; \
+  cmake -G "$(GENERATOR)" -S . -B $(1) $(2)
+
 # The GoogleTest binaries of a configured build dir (every executable target named *_test or
-# *_tests), so that new test folders are picked up without touching this file.
-test_targets = $$(cmake --build $(1) --target help | sed -n 's/^\.\.\. \([A-Za-z0-9_]*_tests\{0,1\}\)$$/\1/p')
+# *_tests), so that new test folders are picked up without touching this file. `--target help`
+# lists them as "... NAME" (Makefiles) or "NAME: phony" (Ninja).
+test_targets = $$(cmake --build $(1) --target help | \
+  sed -n 's/^\(\.\.\. \)\{0,1\}\([A-Za-z0-9_]*_tests\{0,1\}\)\(: phony\)\{0,1\}$$/\2/p' | sort -u)
 # The paths of the binaries of test targets $(1), run inside their build dir; fails naming a
 # missing one (use as `bins=$(call test_binaries,...) && ...`).
 test_binaries = $$(for t in $(1); do b=$$(find tests -name $$t -type f -perm -u+x | head -1); \
@@ -65,7 +81,7 @@ deps:
 	@scripts/setup-deps.sh test $(BUILD)
 
 configure: deps-run
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release --log-level=WARNING
+	@$(call cmake_configure,$(BUILD),-DCMAKE_BUILD_TYPE=Release --log-level=WARNING)
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -97,7 +113,7 @@ test-normal: deps check-fixtures build
 # (scripts/gtest-shards.sh; the normal build runs every test in a process of its own), then the
 # rest of ctest (the fuzzers' corpus replays, the sshfs volume test).
 test-asan: deps
-	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
+	@$(call cmake_configure,$(FUZZ_BUILD),-DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE))
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target k3 fuzzers $(call test_targets,$(FUZZ_BUILD))
 	@[ -e $(FUZZ_BUILD)/oracle ] || ln -s $(abspath $(BUILD))/oracle $(FUZZ_BUILD)/oracle
 	@cd $(FUZZ_BUILD) && bins=$(call test_binaries,$(call first_then,$(SAN_FIRST),$(call test_targets,.))) && \
@@ -105,7 +121,7 @@ test-asan: deps
 	@cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -LE gtest -E '$(ASAN_EXCLUDE)'
 # The threaded suites under TSan, the same way, with TSAN_FILTER.
 test-tsan: deps
-	@cmake -S . -B $(TSAN_BUILD) -DK3_SANITIZE=thread -DK3_TESTS_BUILD_K3=OFF $(SAN_CMAKE)
+	@$(call cmake_configure,$(TSAN_BUILD),-DK3_SANITIZE=thread -DK3_TESTS_BUILD_K3=OFF $(SAN_CMAKE))
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@cd $(TSAN_BUILD) && bins=$(call test_binaries,$(TSAN_TESTS)) && \
 	  $(CURDIR)/scripts/gtest-shards.sh $(JOBS) $(SAN_SHARDS) $$bins -- --gtest_brief=1 \
@@ -115,7 +131,7 @@ test-tsan: deps
 # targets at once, after ctest replays every committed corpus file (the regression inputs of
 # past crashes).
 fuzz-build: deps
-	@cmake -S . -B $(FUZZ_BUILD) -DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE)
+	@$(call cmake_configure,$(FUZZ_BUILD),-DK3_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ $(SAN_CMAKE))
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
 
 fuzz: fuzz-build

@@ -56,23 +56,26 @@ class TensorRandom {
 // are one Gaussian draw by lookup, four per 64-bit word: fast enough for the writes to stay
 // disk-bound. The tails end at 4.3 sigma and nothing lands within 4e-5 sigma of zero, both far
 // too rare to move the exponent distribution. Bisection on erfc: exact to double precision,
-// ~30 ms once.
-const std::vector<float>& UnitGaussianQuantiles() {
-  static const std::vector<float> table = [] {
-    constexpr int kBins = 1 << 16;
-    std::vector<float> q(kBins);
-    for (int k = 0; k < kBins / 2; ++k) {
-      const double p = (k + 0.5) / kBins;  // below 1/2: a negative quantile
-      double lo = -10, hi = 0;
-      for (int it = 0; it < 60; ++it) {
-        const double mid = 0.5 * (lo + hi);
-        (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
-      }
-      q[k] = static_cast<float>(0.5 * (lo + hi));
-      q[kBins - 1 - k] = -q[k];
+// ~30 ms once. A named function, not a lambda: GCC tries to evaluate an implicitly constexpr
+// lambda's static initializer at compile time, folding two million erfc calls (8-12 s per build).
+std::vector<float> ComputeUnitGaussianQuantiles() {
+  constexpr int kBins = 1 << 16;
+  std::vector<float> q(kBins);
+  for (int k = 0; k < kBins / 2; ++k) {
+    const double p = (k + 0.5) / kBins;  // below 1/2: a negative quantile
+    double lo = -10, hi = 0;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
     }
-    return q;
-  }();
+    q[k] = static_cast<float>(0.5 * (lo + hi));
+    q[kBins - 1 - k] = -q[k];
+  }
+  return q;
+}
+
+const std::vector<float>& UnitGaussianQuantiles() {
+  static const std::vector<float> table = ComputeUnitGaussianQuantiles();
   return table;
 }
 

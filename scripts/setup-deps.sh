@@ -12,7 +12,7 @@ set -euo pipefail
 set_name=${1:?usage: scripts/setup-deps.sh run|test [BUILD_DIR]}
 build_dir=${2:-build}
 run_packages=(
-  g++ cmake make pkg-config
+  g++ cmake make ninja-build pkg-config
   liburing-dev libtbb-dev libabsl-dev nlohmann-json3-dev libsimdjson-dev libpcre2-dev
   libhwy-dev libxxhash-dev
   libcpp-httplib-dev  # k3 serve
