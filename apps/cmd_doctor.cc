@@ -69,7 +69,7 @@ class Findings {
   std::string failure_;
 };
 
-std::string Gb(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
+std::string GbText(uint64_t bytes) { return FormatBytes(static_cast<double>(bytes)); }
 
 // A path as typed in a shell: quoted only when it has to be.
 std::string Shell(const std::string& s) {
@@ -136,7 +136,7 @@ void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<Read
   const bool small = rate->read_bytes < kReadBytes;
   f.Add("disk read", gbps < 0.1 || holes ? Level::kWarn : Level::kOk,
         absl::StrFormat("%.2f GB/s (%s reads of %s, %d in flight, %.1f s, %s)%s", gbps,
-                        rate->direct ? "O_DIRECT" : "buffered", Gb(rate->read_bytes),
+                        rate->direct ? "O_DIRECT" : "buffered", GbText(rate->read_bytes),
                         kReadsInFlight, rate->seconds, rate->path,
                         gbps < 0.1 ? ": slow, every token will wait for its experts"
                         : holes    ? ": the file is mostly holes (a sparse checkpoint), so this "
@@ -178,7 +178,7 @@ void CheckDisk(Findings& f, const Checkpoint* ckpt) {
 void CheckMachine(Findings& f, uint64_t available) {
   const uint64_t total = MeminfoBytes("MemTotal");
   f.Add("RAM", available > 0 ? Level::kOk : Level::kFail,
-        available > 0 ? absl::StrCat(Gb(total), " total, ", Gb(available), " available")
+        available > 0 ? absl::StrCat(GbText(total), " total, ", GbText(available), " available")
                       : "cannot read MemAvailable from /proc/meminfo");
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -213,12 +213,12 @@ std::string RecommendPreset(Findings& f, const Checkpoint& ckpt, uint64_t availa
   }
   if (best.empty()) {
     f.Add("preset", Level::kFail,
-          absl::StrCat("the model needs at least ", Gb(minimum), " of RAM; ", Gb(available),
+          absl::StrCat("the model needs at least ", GbText(minimum), " of RAM; ", GbText(available),
                        " available"));
   } else {
     f.Add("preset", Level::kOk,
-          absl::StrCat(best, ": budget ", Gb(best_budget), ", the largest preset within the ",
-                       Gb(available), " available (k3 inspect lists them all)"));
+          absl::StrCat(best, ": budget ", GbText(best_budget), ", the largest preset within the ",
+                       GbText(available), " available (k3 inspect lists them all)"));
     f.extra()["recommended_preset"] = best;
   }
   return best;
@@ -266,7 +266,7 @@ int RunDoctor(const std::vector<std::string>& positional) {
       ckpt = *std::move(opened);
       f.Add("model", Level::kOk,
             absl::StrCat(model, ": ", ckpt->shard_paths().size(), " files, ",
-                         Gb(ckpt->total_bytes())));
+                         GbText(ckpt->total_bytes())));
     } else {
       f.Add("model", Level::kFail, std::string(opened.status().message()));
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/json_reader.h"
 #include "core/numeric.h"
+#include "core/problem_list.h"
 #include "core/tokenizer/absl_compat.h"
 
 namespace k3 {
@@ -22,35 +23,6 @@ constexpr char kSingleFile[] = "model.safetensors";
 // The index is read whole; the release's is 59.8 MB. A larger one is refused as corrupt rather
 // than read into memory.
 constexpr uint64_t kMaxIndexBytes = 1ull << 30;
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return absl::StrCat(dir, "/", name);
-}
-
-std::string ShapeText(std::span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-// Collects missing or mismatched tensors so that one message lists them (up to a limit).
-class TensorProblems {
- public:
-  void Add(std::string what) {
-    if (items_.size() < kShown) items_.push_back(std::move(what));
-    ++count_;
-  }
-  absl::Status ToStatus(const std::string& dir) const {
-    if (count_ == 0) return absl::OkStatus();
-    std::string more =
-        count_ > items_.size() ? absl::StrCat("; and ", count_ - items_.size(), " more") : "";
-    return absl::DataLossError(absl::StrCat(dir, ": checkpoint does not match its config (", count_,
-                                            " problems): ", absl::StrJoin(items_, "; "), more));
-  }
-
- private:
-  static constexpr size_t kShown = 20;
-  std::vector<std::string> items_;
-  size_t count_ = 0;
-};
 
 bool RoleAccepts(TensorRole role, DType dtype) {
   return role == TensorRole::kExpert ? dtype == DType::kU8 : dtype != DType::kU8;
@@ -83,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = dir;
-  auto config = LoadModelConfig(JoinPath(dir, "config.json"));
+  auto config = LoadModelConfig(io::JoinPath(dir, "config.json"));
   if (!config.ok()) return config.status();
   ckpt->config_ = *std::move(config);
   if (absl::Status s = ckpt->LoadShards(); !s.ok()) return s;
@@ -270,25 +242,25 @@ absl::Status Checkpoint::LoadShards() {
   JsonReader reader;
   IndexScan index;
   std::vector<int> shard_of_file;
-  const std::string index_path = JoinPath(dir_, kIndexFile);
+  const std::string index_path = io::JoinPath(dir_, kIndexFile);
   const bool has_index = io::FileExists(index_path);
   if (has_index) {
     if (absl::Status s = ScanIndex(index_path, reader, index); !s.ok()) return s;
     std::vector<std::string> files = index.files;
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) {
-      if (!io::FileExists(JoinPath(dir_, f))) {
+      if (!io::FileExists(io::JoinPath(dir_, f))) {
         return absl::NotFoundError(
             absl::StrCat(index_path, " names shard ", f, ", which does not exist"));
       }
-      shard_paths_.push_back(JoinPath(dir_, f));
+      shard_paths_.push_back(io::JoinPath(dir_, f));
     }
     for (const std::string& f : index.files) {
       shard_of_file.push_back(
           static_cast<int>(std::lower_bound(files.begin(), files.end(), f) - files.begin()));
     }
-  } else if (io::FileExists(JoinPath(dir_, kSingleFile))) {
-    shard_paths_.push_back(JoinPath(dir_, kSingleFile));
+  } else if (io::FileExists(io::JoinPath(dir_, kSingleFile))) {
+    shard_paths_.push_back(io::JoinPath(dir_, kSingleFile));
   } else {
     return absl::NotFoundError(
         absl::StrCat(dir_, ": neither ", kSingleFile, " nor ", kIndexFile, " found"));
@@ -352,7 +324,7 @@ void Checkpoint::KeepExpertsUnder(const std::string& prefix) {
 }
 
 absl::Status Checkpoint::CheckTensors() {
-  TensorProblems problems;
+  ProblemList problems(20);
   auto check = [&](const TensorSpec& spec) {
     const TensorInfo* t = FindListed(spec.name);
     if (t == nullptr) {
@@ -383,7 +355,9 @@ absl::Status Checkpoint::CheckTensors() {
       }
     }
   }
-  return problems.ToStatus(dir_);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat(dir_, ": checkpoint does not match its config ", problems.Text()));
 }
 
 void Checkpoint::LocateExperts() {

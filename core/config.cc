@@ -81,7 +81,7 @@ const std::vector<Field>& Fields() {
 }
 
 // Collects every problem so that one message lists them all.
-class Problems {
+class ConfigProblems {
  public:
   // One problem per key: a missing or mistyped key is not reported again as out of range.
   void Add(const std::string& key, const std::string& what) {
@@ -119,7 +119,7 @@ std::string Shown(const json& value) {
 
 // Reads one JSON value into the member it belongs to, or records why it cannot.
 void ReadField(const json& value, const Member& member, ModelConfig& config, const std::string& key,
-               Problems& problems) {
+               ConfigProblems& problems) {
   std::visit(
       [&](auto ptr) {
         using T = std::remove_reference_t<decltype(config.*ptr)>;
@@ -163,7 +163,7 @@ void ReadField(const json& value, const Member& member, ModelConfig& config, con
 }
 
 // Release-only keys whose other values this engine does not implement.
-void CheckReleaseOnlyKeys(const json& text, Problems& problems) {
+void CheckReleaseOnlyKeys(const json& text, ConfigProblems& problems) {
   auto expect = [&](const char* key, const json& wanted) {
     auto it = text.find(key);
     if (it != text.end() && *it != wanted) {
@@ -185,7 +185,7 @@ void CheckReleaseOnlyKeys(const json& text, Problems& problems) {
   }
 }
 
-void CheckQuantization(const json& root, Problems& problems) {
+void CheckQuantization(const json& root, ConfigProblems& problems) {
   const json* q = FindPath(root, "quantization_config");
   std::string where = "quantization_config";
   if (q == nullptr) {
@@ -226,7 +226,7 @@ constexpr int64_t kMaxSize = int64_t{1} << 20;
 
 // Checks that the one-based layer lists partition 1..num_layers and derives the layer kinds.
 void CheckLayerLists(ModelConfig& c, const std::string& full_key, const std::string& kda_key,
-                     Problems& problems) {
+                     ConfigProblems& problems) {
   if (c.num_layers <= 0 || c.num_layers > kMaxLayers) return;
   std::vector<int> owner(c.num_layers + 1, 0);  // 0 none, 1 MLA, 2 KDA
   auto mark = [&](const std::vector<int64_t>& list, int kind, const std::string& key) {
@@ -264,7 +264,7 @@ void CheckLayerLists(ModelConfig& c, const std::string& full_key, const std::str
   }
 }
 
-void CheckValues(ModelConfig& c, bool nested, Problems& problems) {
+void CheckValues(ModelConfig& c, bool nested, ConfigProblems& problems) {
   auto key = [&](const char* flat) -> std::string {
     if (!nested) return flat;
     for (const Field& f : Fields()) {
@@ -381,7 +381,7 @@ std::string ModelConfig::Fingerprint() const {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const json& root, std::string_view source) {
-  Problems problems;
+  ConfigProblems problems;
   if (!root.is_object()) {
     problems.Add("(top level)", "must be a JSON object");
     return problems.ToStatus(source);

@@ -36,10 +36,6 @@ bool ParseDType(std::string_view s, DType* out) {
   return true;
 }
 
-std::string ShapeText(std::span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
 // State reused from entry to entry, so that a header costs no allocation per tensor.
 struct EntryScratch {
   std::string name;
@@ -258,6 +254,10 @@ absl::Status Pass(JsonReader& reader, uint64_t length, uint64_t file_size, std::
 }
 
 }  // namespace
+
+std::string ShapeText(std::span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {

@@ -29,6 +29,9 @@ struct TensorInfo {
   int64_t elements() const;
 };
 
+// "[64, 128]", as messages print a shape.
+std::string ShapeText(std::span<const int64_t> shape);
+
 // Headers larger than this are refused as corrupt. A release shard's header is under 1 MB; the
 // whole language model in one file has a 76 MB one.
 inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;

@@ -14,10 +14,6 @@ std::string LayerText(int64_t layer) {
   return layer < 0 ? std::string("globals") : absl::StrCat("layer ", layer);
 }
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return absl::StrCat(dir, "/", name);
-}
-
 namespace {
 
 ojson TensorJson(const PackedTensor& t) {
@@ -378,7 +374,7 @@ absl::StatusOr<std::unique_ptr<TrunkPack>> TrunkPack::ParseManifest(
                    absl::StrCat("\"", *pack_file, "\" is not a file name beside the manifest"));
   }
   pack->fingerprint_ = *fingerprint;
-  pack->pack_path_ = JoinPath(DirName(source_name), *pack_file);
+  pack->pack_path_ = io::JoinPath(DirName(source_name), *pack_file);
   pack->pack_bytes_ = *pack_bytes;
   for (size_t i = 0; i < (*runs)->size(); ++i) {
     auto run = ParseRun(r, (**runs)[i], i, pack->pack_bytes_, pack->codec_);

@@ -13,7 +13,6 @@ namespace k3 {
 
 // "globals" or "layer N", as messages name a run.
 std::string LayerText(int64_t layer);
-std::string JoinPath(const std::string& dir, const std::string& name);
 // The manifest of a pack with these runs; `codec` "" for a verbatim pack (version 1).
 std::string ManifestText(const ModelConfig& config, const std::vector<PackedRun>& runs,
                          uint64_t pack_bytes, const std::string& codec);

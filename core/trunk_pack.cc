@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/problem_list.h"
 #include "core/progress.h"
 #include "core/tensor_names.h"
 #include "core/trunk_codec.h"
@@ -84,33 +85,8 @@ std::vector<PackedRun> PlanLayout(const Checkpoint& ckpt, bool compress) {
 
 // ---- Checks against the checkpoint --------------------------------------------------------
 
-// Collects mismatches so that one message lists the first few.
-class Problems {
- public:
-  void Add(std::string what) {
-    if (items_.size() < 10) items_.push_back(std::move(what));
-    ++count_;
-  }
-  absl::Status ToStatus(const std::string& source, const std::string& dir) const {
-    if (count_ == 0) return absl::OkStatus();
-    std::string more =
-        count_ > items_.size() ? absl::StrCat("; and ", count_ - items_.size(), " more") : "";
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": does not match the checkpoint ", dir, " (", count_,
-                     " problems): ", absl::StrJoin(items_, "; "), more));
-  }
-
- private:
-  std::vector<std::string> items_;
-  size_t count_ = 0;
-};
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 void CompareTensor(const TensorSpec& spec, const TensorInfo& info, const PackedRun& run,
-                   const PackedTensor& t, Problems& problems) {
+                   const PackedTensor& t, ProblemList& problems) {
   if (run.layer != spec.layer) {
     problems.Add(absl::StrCat("tensor ", t.name, " is in the run of ", LayerText(run.layer),
                               ", not ", LayerText(spec.layer)));
@@ -290,7 +266,7 @@ absl::Status TrunkPack::CheckAgainst(const Checkpoint& ckpt) const {
         manifest_path_, ": fingerprint ", fingerprint_, " does not match the config of ",
         ckpt.dir(), " (", expected, "): the pack was made from another model; re-run k3 pack"));
   }
-  Problems problems;
+  ProblemList problems(10);
   absl::flat_hash_set<std::string> trunk;
   for (const TensorSpec& spec : TrunkTensorSpecs(ckpt.config(), ckpt.names())) {
     trunk.insert(spec.name);
@@ -309,15 +285,18 @@ absl::Status TrunkPack::CheckAgainst(const Checkpoint& ckpt) const {
       }
     }
   }
-  if (absl::Status s = problems.ToStatus(manifest_path_, ckpt.dir()); !s.ok()) return s;
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        manifest_path_, ": does not match the checkpoint ", ckpt.dir(), " ", problems.Text()));
+  }
   return CheckPackFileSize(manifest_path_, pack_path_, pack_bytes_);
 }
 
 absl::StatusOr<std::unique_ptr<TrunkPack>> TrunkPack::Open(const std::string& dir,
                                                            const Checkpoint& ckpt) {
-  const std::string manifest = JoinPath(dir, kTrunkManifestFile);
+  const std::string manifest = io::JoinPath(dir, kTrunkManifestFile);
   if (!io::FileExists(manifest)) {
-    const std::string partial = JoinPath(dir, absl::StrCat(kTrunkPackFile, ".partial"));
+    const std::string partial = io::JoinPath(dir, absl::StrCat(kTrunkPackFile, ".partial"));
     return absl::NotFoundError(absl::StrCat(
         dir, " holds no trunk pack (", kTrunkManifestFile, " not found)",
         io::FileExists(partial)
@@ -378,8 +357,8 @@ absl::StatusOr<PackResult> WriteTrunkPack(const Checkpoint& ckpt, const std::str
         "--codec ", options.codec, ": unknown codec (one of: ", PackCodecNames().front(), ")"));
   }
   if (absl::Status s = io::MakeDirectories(out_dir); !s.ok()) return s;
-  const std::string pack_path = JoinPath(out_dir, kTrunkPackFile);
-  const std::string manifest_path = JoinPath(out_dir, kTrunkManifestFile);
+  const std::string pack_path = io::JoinPath(out_dir, kTrunkPackFile);
+  const std::string manifest_path = io::JoinPath(out_dir, kTrunkManifestFile);
   // Without its manifest an old pack is inert, whatever happens to trunk.pack from here on.
   if (absl::Status s = RemoveIfExists(manifest_path); !s.ok()) return s;
 

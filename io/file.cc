@@ -107,6 +107,10 @@ absl::Status WriteSparseFileAtomically(const std::string& path, std::string_view
   return WriteAtomically(path, head, size);
 }
 
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  return absl::StrCat(dir, "/", name);
+}
+
 bool FileExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;

@@ -26,6 +26,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 absl::Status WriteSparseFileAtomically(const std::string& path, std::string_view head,
                                        uint64_t size);
 
+// dir + "/" + name.
+std::string JoinPath(const std::string& dir, const std::string& name);
 bool FileExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 absl::Status MakeDirectories(const std::string& path);
