@@ -58,8 +58,16 @@ HttpServer::HttpServer(GenerationService& service, const Tokenizer& tokenizer,
 
 HttpServer::~HttpServer() = default;
 
-// httplib binds with SO_REUSEPORT, so a second server on a port in use would share it
-// silently; a plain bind first finds out.
+// SO_REUSEADDR, the usual option of a server's socket: the connections a previous run closed
+// (a minute in TIME_WAIT) do not keep a restarted server from its port, a listening socket
+// does. httplib's default, SO_REUSEPORT alone, would let a second server share a port in use
+// silently and still refuses a restart over TIME_WAIT.
+void ReuseAddress(int fd) {
+  const int yes = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
+
+// A bind of our own first, to say "in use" rather than httplib's bare failure.
 bool PortInUse(const std::string& host, int port) {
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
@@ -70,6 +78,7 @@ bool PortInUse(const std::string& host, int port) {
   for (addrinfo* a = found; a != nullptr && !in_use; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (fd < 0) continue;
+    ReuseAddress(fd);
     in_use = bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
     close(fd);
   }
@@ -78,6 +87,7 @@ bool PortInUse(const std::string& host, int port) {
 }
 
 absl::StatusOr<int> HttpServer::Bind() {
+  http_->set_socket_options(ReuseAddress);
   int port = options_.port;
   if (port != 0 && PortInUse(options_.host, port)) {
     return absl::UnavailableError(

@@ -1,8 +1,14 @@
 // k3 serve's bad-request catalogue (docs/RELIABILITY.md, "Server requests"): every row sent
 // with curl, answered with the status and the OpenAI error shape it names, and none of them
 // changes the answer of a good request sent after them.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "tests/apps/serve_harness.h"
 
@@ -152,6 +158,53 @@ TEST(ServeStartTest, APortInUseIsRefusedNamingTheAddress) {
   const testing::K3Result bad_port = RunK3({"serve", "-m", dir / "m", "--port", "70000"});
   EXPECT_EQ(bad_port.exit_code, 2) << bad_port.err;
   EXPECT_THAT(bad_port.err, HasSubstr("--port"));
+}
+
+// A loopback port whose last connection the listening side closed first: that side's socket
+// stays in TIME_WAIT for a minute, as after `k3 serve` is stopped and its clients are gone.
+int PortWithAClosedConnection() {
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  const int yes = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  EXPECT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  EXPECT_EQ(listen(listener, 1), 0);
+  EXPECT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  const int accepted = accept(listener, nullptr, nullptr);
+  close(accepted);  // the server's side closes first
+  char byte;
+  EXPECT_EQ(read(client, &byte, 1), 0);  // the end of the stream, then the client's close
+  close(client);
+  close(listener);
+  return ntohs(addr.sin_port);
+}
+
+// A service manager restarting k3 serve on its port finds it free although the previous run's
+// connections are still in TIME_WAIT there.
+TEST(ServeStartTest, ARestartListensOnThePortOfItsClosedConnections) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::SynthServeModel(dir / "m"), 0);
+  const int port = PortWithAClosedConnection();
+  // The precondition: a bind without SO_REUSEADDR is refused there.
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const int plain = socket(AF_INET, SOCK_STREAM, 0);
+  const int bound = bind(plain, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  close(plain);
+  ASSERT_NE(bound, 0);
+  ASSERT_EQ(bind_errno, EADDRINUSE);
+
+  ServeProcess restarted({"-m", dir / "m", "--quiet", "--port", std::to_string(port)});
+  EXPECT_EQ(restarted.port(), port);
+  EXPECT_EQ(testing::Curl(restarted.url("/health")).status, 200);
 }
 
 }  // namespace
