@@ -130,10 +130,13 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                  a.distance, a.precision(), a.recall(),
                  static_cast<unsigned long long>(a.predicted));
   }
-  std::fprintf(stderr, "prefill: %.3f s, %llu experts read, %.3f GB; peak RSS %s (budget %s)\n",
+  std::fprintf(stderr,
+               "prefill: %.3f s, %llu experts read, %.3f GB; peak RSS %s (budget %s, plus %s for "
+               "the process itself)\n",
                prefill_.seconds, static_cast<unsigned long long>(prefill_.experts_demand_read),
                Gb(AllBytes(prefill_)), FormatBytes(static_cast<double>(PeakRssBytes())).c_str(),
-               FormatBytes(static_cast<double>(engine.plan().budget_bytes)).c_str());
+               FormatBytes(static_cast<double>(engine.plan().budget_bytes)).c_str(),
+               FormatBytes(static_cast<double>(kProcessOverheadBytes)).c_str());
 }
 
 nlohmann::json RunReport::ToJson(const Engine& engine) const {

@@ -42,6 +42,9 @@ struct RingOptions {
   const TrunkPack* pack = nullptr;
   int threads = 0;  // compute threads (0: one per core); each has a decode scratch
 };
+// What the budget leaves out, and peak RSS may add to it: the process itself (code and shared
+// libraries, thread stacks, the tokenizer's vocabulary, allocator slack; docs/MEMORY.md).
+inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
 inline constexpr int kMaxRingSlots = 64;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
+#include "pipeline/memory_plan.h"
 #include "tests/util/run_k3.h"
 #include "tests/util/sanitizers.h"
 #include "tests/util/temp_dir.h"
@@ -16,8 +17,8 @@ using ::testing::HasSubstr;
 using testing::RunK3;
 
 // docs/MEMORY.md: the process itself (code, libraries, thread stacks, the tokenizer, allocator
-// slack) on top of the planned parts.
-constexpr uint64_t kFixedOverheadBytes = 64ull << 20;
+// slack) on top of the planned parts, as the engine states it.
+constexpr uint64_t kFixedOverheadBytes = kProcessOverheadBytes;
 
 TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
   // Sanitizers add shadow memory and quarantines the budget knows nothing of.
