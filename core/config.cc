@@ -1,12 +1,14 @@
 #include "core/config.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/problem_list.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 
@@ -80,23 +82,21 @@ const std::vector<Field>& Fields() {
   return kFields;
 }
 
-// Collects every problem so that one message lists them all.
+// Every problem, so that one message lists them all, and one per key: a missing or mistyped key
+// is not reported again as out of range.
 class ConfigProblems {
  public:
-  // One problem per key: a missing or mistyped key is not reported again as out of range.
   void Add(const std::string& key, const std::string& what) {
-    if (!keys_.insert(key).second) return;
-    items_.push_back(absl::StrCat(key, ": ", what));
+    if (keys_.insert(key).second) items_.Add(absl::StrCat(key, ": ", what));
   }
   bool empty() const { return items_.empty(); }
   absl::Status ToStatus(std::string_view source) const {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(source), ": invalid Kimi K3 config (", items_.size(),
-        items_.size() == 1 ? " problem" : " problems", "): ", absl::StrJoin(items_, "; ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source), ": invalid Kimi K3 config ", items_.Text()));
   }
 
  private:
-  std::vector<std::string> items_;
+  ProblemList items_{std::numeric_limits<size_t>::max()};
   std::set<std::string> keys_;
 };
 

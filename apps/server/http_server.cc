@@ -58,6 +58,8 @@ HttpServer::HttpServer(GenerationService& service, const Tokenizer& tokenizer,
 
 HttpServer::~HttpServer() = default;
 
+namespace {
+
 // SO_REUSEADDR, the usual option of a server's socket: the connections a previous run closed
 // (a minute in TIME_WAIT) do not keep a restarted server from its port, a listening socket
 // does. httplib's default, SO_REUSEPORT alone, would let a second server share a port in use
@@ -85,6 +87,8 @@ bool PortInUse(const std::string& host, int port) {
   freeaddrinfo(found);
   return in_use;
 }
+
+}  // namespace
 
 absl::StatusOr<int> HttpServer::Bind() {
   http_->set_socket_options(ReuseAddress);

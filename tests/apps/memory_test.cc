@@ -16,10 +16,6 @@ namespace {
 using ::testing::HasSubstr;
 using testing::RunK3;
 
-// docs/MEMORY.md: the process itself (code, libraries, thread stacks, the tokenizer, allocator
-// slack) on top of the planned parts, as the engine states it.
-constexpr uint64_t kFixedOverheadBytes = kProcessOverheadBytes;
-
 TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
   // Sanitizers add shadow memory and quarantines the budget knows nothing of.
   if (testing::kSanitized) GTEST_SKIP() << "RSS under a sanitizer is not the engine's";
@@ -44,7 +40,7 @@ TEST(MemoryTest, PeakRssStaysWithinBudgetAtThreeBudgets) {
     auto report = nlohmann::json::parse(testing::ReadAll(dir / "r.json"));
     const uint64_t budget_bytes = report["memory_plan"]["budget_bytes"];
     const uint64_t rss = report["peak_rss_bytes"];
-    EXPECT_LE(rss, budget_bytes + kFixedOverheadBytes)
+    EXPECT_LE(rss, budget_bytes + kProcessOverheadBytes)
         << budget << ": peak RSS " << rss << " over budget " << budget_bytes;
     const auto ids = report["generated_ids"].get<std::vector<int32_t>>();
     if (tokens.empty()) tokens = ids;
@@ -79,7 +75,7 @@ TEST(MemoryTest, RealDimensionsRunOneTokenAtTheMinimumWithinBudget) {
             2'000'000'000u);
   if (!testing::kSanitized) {
     const uint64_t rss = report["peak_rss_bytes"];
-    EXPECT_LE(rss, budget + kFixedOverheadBytes) << "peak RSS " << rss << " over " << budget;
+    EXPECT_LE(rss, budget + kProcessOverheadBytes) << "peak RSS " << rss << " over " << budget;
   }
 }
 
