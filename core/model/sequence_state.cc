@@ -13,21 +13,23 @@ constexpr uint32_t kVersion = 1;
 
 class Writer {
  public:
-  void Bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  explicit Writer(absl::FunctionRef<void(std::string_view)> out) : out_(out) {}
+  void Bytes(const void* p, size_t n) {
+    if (n > 0) out_(std::string_view(static_cast<const char*>(p), n));
+  }
   void U64(uint64_t v) { Bytes(&v, 8); }
   void Floats(const std::vector<float>& v) {
     U64(v.size());
     Bytes(v.data(), v.size() * 4);
   }
-  std::string& out() { return out_; }
 
  private:
-  std::string out_;
+  absl::FunctionRef<void(std::string_view)> out_;
 };
 
 class Reader {
  public:
-  Reader(std::string_view in, std::string path) : in_(in), path_(std::move(path)) {}
+  Reader(std::string_view in, std::string_view where) : in_(in), where_(where) {}
   bool Bytes(void* p, size_t n) {
     if (in_.size() - pos_ < n) return false;
     if (n == 0) return true;  // p may be the null data() of an empty vector
@@ -47,12 +49,12 @@ class Reader {
   size_t remaining() const { return in_.size() - pos_; }
   absl::Status Error(std::string_view what) const {
     return absl::DataLossError(
-        absl::StrCat(path_, ": ", std::string(what), " (at byte ", pos_, ")"));
+        absl::StrCat(where_, ": ", std::string(what), " (at byte ", pos_, ")"));
   }
 
  private:
   std::string_view in_;
-  std::string path_;
+  std::string where_;
   size_t pos_ = 0;
 };
 
@@ -79,8 +81,8 @@ uint64_t SequenceState::bytes() const {
   return n;
 }
 
-absl::Status SequenceState::Save(const std::string& path) const {
-  Writer w;
+void SequenceState::SerializeTo(absl::FunctionRef<void(std::string_view)> out) const {
+  Writer w(out);
   w.Bytes(kMagic, 8);
   w.Bytes(&kVersion, 4);
   w.U64(fingerprint_.size());
@@ -92,14 +94,36 @@ absl::Status SequenceState::Save(const std::string& path) const {
     for (const auto& h : conv_[l]) w.Floats(h);
     w.Floats(mla_cache_[l]);
   }
-  return io::WriteFileAtomically(path, w.out());
+}
+
+std::string SequenceState::Serialize() const {
+  std::string bytes;
+  bytes.reserve(SerializedBytes());
+  SerializeTo([&](std::string_view piece) { bytes.append(piece); });
+  return bytes;
+}
+
+uint64_t SequenceState::SerializedBytes() const {
+  uint64_t n = 0;
+  SerializeTo([&](std::string_view piece) { n += piece.size(); });
+  return n;
+}
+
+absl::Status SequenceState::Save(const std::string& path) const {
+  return io::WriteFileAtomically(path, Serialize());
 }
 
 absl::StatusOr<SequenceState> SequenceState::Load(const std::string& path,
                                                   const ModelConfig& config) {
   auto text = io::ReadFileToString(path);
   if (!text.ok()) return text.status();
-  Reader r(*text, path);
+  return Deserialize(*text, config, path);
+}
+
+absl::StatusOr<SequenceState> SequenceState::Deserialize(std::string_view bytes,
+                                                         const ModelConfig& config,
+                                                         std::string_view where) {
+  Reader r(bytes, where);
   char magic[8];
   uint32_t version = 0;
   if (!r.Bytes(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
@@ -117,8 +141,8 @@ absl::StatusOr<SequenceState> SequenceState::Load(const std::string& path,
   if (!r.Bytes(fingerprint.data(), n)) return r.Error("truncated");
   if (fingerprint != s.fingerprint_) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path, ": saved for a different model (config fingerprint ", fingerprint,
-                     ", this model has ", s.fingerprint_, ")"));
+        absl::StrCat(std::string(where), ": saved for a different model (config fingerprint ",
+                     fingerprint, ", this model has ", s.fingerprint_, ")"));
   }
   // Checked against the bytes left before allocating: a corrupt count must not cost 16 GB.
   if (!r.U64(&n) || n > (1ull << 32) || n * 4 > r.remaining()) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "core/config.h"
 
@@ -34,8 +36,20 @@ class SequenceState {
 
   uint64_t bytes() const;
 
-  // Versioned binary file, written atomically; refused on load when the config fingerprint,
-  // version or sizes do not match.
+  // The state as versioned bytes (magic, version, config fingerprint, tokens, every array with
+  // its length), bit for bit: the same state always gives the same bytes.
+  std::string Serialize() const;
+  // The same bytes handed out piece by piece (a layer's array at a time), so that a writer of a
+  // large state (465 MB at full size) need not hold a second copy of it.
+  void SerializeTo(absl::FunctionRef<void(std::string_view)> out) const;
+  uint64_t SerializedBytes() const;
+  // Refused (DataLoss, or FailedPrecondition for another model) when the config fingerprint,
+  // version or sizes do not match `config`; messages start with `where` (a file name).
+  static absl::StatusOr<SequenceState> Deserialize(std::string_view bytes,
+                                                   const ModelConfig& config,
+                                                   std::string_view where);
+
+  // Serialize() as a file, written atomically; Load reads it back through Deserialize().
   absl::Status Save(const std::string& path) const;
   static absl::StatusOr<SequenceState> Load(const std::string& path, const ModelConfig& config);
 
