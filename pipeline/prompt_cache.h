@@ -121,8 +121,8 @@ class PromptCache {
   // Reads the directory: indexes the files it does not know (by their headers), forgets those
   // gone, and, when `clean`, removes the temporary files of killed writers.
   void Scan(bool clean);
-  // Indexes the file `name` by its header when it holds `tokens` (any tokens when empty):
-  // true if it does. A damaged or foreign header moves the file aside.
+  // Indexes the file `name` by its header (a damaged or foreign one moves it aside): true when
+  // it holds `tokens`.
   bool Adopt(const std::string& name, std::span<const int32_t> tokens);
   Load LoadFile(const std::string& name, std::span<const int32_t> tokens,
                 std::optional<SequenceState>& out);
