@@ -15,6 +15,7 @@
 #include "apps/flags.h"
 #include "apps/generate_batch.h"
 #include "apps/generate_options.h"
+#include "apps/prompt_cache_flags.h"
 #include "apps/run_report.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
@@ -96,7 +97,7 @@ void Emit(const Prompt& p, int32_t id, bool stop) {
 // one: the loop `k3 serve` and --prompts run), streaming them; stops early at a stop id, at the
 // context's end or on Ctrl-C. Returns the status of the first failed step.
 absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vector<int32_t>& stops,
-                            int32_t n_predict, RunReport& report) {
+                            int32_t n_predict, PromptCache* cache, RunReport& report) {
   auto sampler = ReadSampler();
   if (!sampler.ok()) return sampler.status();
   BatchRequest request;
@@ -118,6 +119,7 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
     report.AddStep({id, "", steps});
   };
   hooks.stop = [&] { return Interrupted() || !dumped.ok(); };
+  if (cache != nullptr) report.SetPromptCache(UsePromptCache(*cache, request, hooks), *cache);
   auto result = RunSequence(engine, std::move(request), hooks);
   if (!dumped.ok()) return dumped;
   return result.status();
@@ -163,6 +165,8 @@ int RunGenerate(const std::vector<std::string>& positional) {
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   auto stops = StopIds((*engine)->config(), prompt->tokenizer);
   if (!stops.ok()) return ReportError(kGenerateName, stops.status());
+  auto cache = PromptCacheFromFlags(**engine, "generate", 0);
+  if (!cache.ok()) return ReportError(kGenerateName, cache.status());
 
   InstallInterruptHandler();
   RunReport report(!quiet);
@@ -170,7 +174,8 @@ int RunGenerate(const std::vector<std::string>& positional) {
     std::fprintf(stderr, "k3 generate: --max-context %lld leaves room for %d of the %d tokens\n",
                  static_cast<long long>(context), room, n_predict);
   }
-  const absl::Status status = GenerateTokens(**engine, *prompt, *stops, n_predict, report);
+  const absl::Status status =
+      GenerateTokens(**engine, *prompt, *stops, n_predict, cache->get(), report);
   std::printf("\n");
   std::fflush(stdout);
   if (!quiet) report.PrintSummary(**engine, Interrupted());
@@ -197,6 +202,7 @@ const Subcommand& GenerateCommand() {
       "            [--ram-gb X | --preset NAME | --trunk-gb X --cache-gb X] [--trunk DIR]\n"
       "            [--queue-depth N] [--prefetch-distance D] [--threads N] [--no-overlap]\n"
       "            [--cache-policy NAME] [--storage-profile SPEC] [--report-json FILE]\n"
+      "            [--prefill-chunk N|auto] [--prompt-cache DIR] [--prompt-cache-gb X]\n"
       "       generate --prompts FILE.jsonl [--batch B] [--bad-lines refuse|skip] [--out "
       "FILE]\n"
       "            [the sampler and memory flags above]",
@@ -209,6 +215,11 @@ const Subcommand& GenerateCommand() {
       "rate, GB read, stall) and a summary; --report-json writes every figure. Ctrl-C stops,\n"
       "prints the summary and exits 130. Output is identical at every memory, I/O and thread\n"
       "setting.\n\n"
+      "Long prompts: each layer runs --prefill-chunk prompt tokens at once (auto: as many as a\n"
+      "quarter of the budget holds, said in the plan), reading the streamed trunk and each\n"
+      "expert they touch once per chunk. --prompt-cache DIR keeps the state of each prompt on\n"
+      "disk (one token short of its end): a later prompt that repeats or extends it runs only\n"
+      "the tokens after it, with the same tokens and logits.\n\n"
       "Many prompts: --prompts FILE takes JSON lines, one object per line with \"prompt\" or\n"
       "\"ids\" and optional \"id\", \"n_predict\", \"temperature\", \"top_k\", \"top_p\",\n"
       "\"seed\", \"greedy\", \"stop_ids\" (the flags give the defaults). Up to --batch\n"

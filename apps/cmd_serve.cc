@@ -122,7 +122,7 @@ int RunServe(const std::vector<std::string>& positional) {
 
   server::ServiceOptions service_options;
   service_options.batch = {.batch = shape.batch,
-                           .prefill_tokens_per_step = options->prefill_chunk,
+                           .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
                            .max_context = options->max_context};
   service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
   service_options.saved_states = shape.saved_states;

@@ -33,6 +33,15 @@ absl::StatusOr<std::vector<int>> ParseIntList(std::string_view flag,
   return out;
 }
 
+std::string UserCacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg != nullptr && *xdg != '\0' ? xdg
+                           : home != nullptr              ? std::string(home) + "/.cache"
+                                                          : "/tmp";
+  return base + "/k3";
+}
+
 absl::StatusOr<std::string> ModelDirFromFlags() {
   std::string dir = absl::GetFlag(FLAGS_model);
   if (!dir.empty()) {
@@ -42,12 +51,7 @@ absl::StatusOr<std::string> ModelDirFromFlags() {
     }
     return dir;
   }
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string base = xdg != nullptr && *xdg != '\0' ? xdg
-                           : home != nullptr              ? std::string(home) + "/.cache"
-                                                          : "/tmp";
-  dir = base + "/k3/demo-model";
+  dir = UserCacheDir() + "/demo-model";
   if (io::FileExists(dir + "/config.json")) return dir;
   std::fprintf(stderr, "k3: synthesising the built-in demo model into %s (once)\n", dir.c_str());
   SynthOptions opt;
@@ -101,8 +105,12 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   if (o.prefill_prefetch_distance < 0 || o.prefill_prefetch_distance > 64) {
     return absl::InvalidArgumentError("--prefill-prefetch-distance must be in 0..64");
   }
-  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  if (o.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+  if (const std::string chunk = absl::GetFlag(FLAGS_prefill_chunk); chunk == "auto") {
+    o.prefill_chunk = kAutoPrefillChunk;
+  } else if (!absl::SimpleAtoi(chunk, &o.prefill_chunk) || o.prefill_chunk < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill-chunk ", chunk, ": must be auto or a number >= 1"));
+  }
   o.max_context = absl::GetFlag(FLAGS_max_context);
   if (o.max_context < 1) return absl::InvalidArgumentError("--max-context must be >= 1");
   const double piece_mb = absl::GetFlag(FLAGS_ring_piece_mb);

@@ -21,6 +21,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 // prefetch distance, storage profile), read and checked; K3_FAULTS applied.
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags();
 
+// Where k3 keeps what it makes for the user: $XDG_CACHE_HOME/k3, else ~/.cache/k3.
+std::string UserCacheDir();
+
 // --model, or the built-in demo checkpoint, synthesised once into the user's cache directory
 // ($XDG_CACHE_HOME/k3/demo-model or ~/.cache/k3/demo-model) with a progress bar.
 absl::StatusOr<std::string> ModelDirFromFlags();

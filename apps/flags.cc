@@ -42,7 +42,17 @@ ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
           "Layers of lookahead while the prompt is processed (prefill multiplies many tokens per "
           "expert, so the next layer's reads hide behind that compute; 0 = off).");
 ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
-ABSL_FLAG(int32_t, prefill_chunk, 64, "Prompt tokens processed together per layer.");
+ABSL_FLAG(std::string, prompt_cache, "",
+          "Directory that keeps prompt states across runs: a prompt that extends a cached one "
+          "runs only the tokens after it (docs/PROMPT-CACHE.md). Default: none for generate and "
+          "chat; serve keeps one in $XDG_CACHE_HOME/k3/prompt-cache (or ~/.cache/k3/...); "
+          "none: off.");
+ABSL_FLAG(double, prompt_cache_gb, 20,
+          "The most GB --prompt-cache keeps on disk; the least recently used states go first.");
+ABSL_FLAG(std::string, prefill_chunk, "auto",
+          "Prompt tokens run through each layer together, N or auto: the most whose activations "
+          "take a quarter of the budget (at most --max-context); the plan says which. A chunk "
+          "reads the streamed trunk and each expert it touches once.");
 ABSL_FLAG(double, ring_piece_mb, 0,
           "Trunk ring: MB of a piece, the most of one matrix's rows read and multiplied at once "
           "where the trunk streams (0 = 32 MiB, or less for smaller matrices).");
@@ -215,6 +225,8 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_prefill_prefetch_distance), kRunsEngine},
       {F(FLAGS_threads), kRunsEngine & ~kTune},
       {F(FLAGS_prefill_chunk), kRunsEngine},
+      {F(FLAGS_prompt_cache), kSamples | kServe},
+      {F(FLAGS_prompt_cache_gb), kSamples | kServe},
       {F(FLAGS_ring_piece_mb), kRunsEngine},
       {F(FLAGS_ring_slots), kRunsEngine},
       {F(FLAGS_cache_policy), kRunsEngine},

@@ -278,9 +278,10 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
     return ReportError(kName, absl::NotFoundError(out_path + ": cannot be written"));
   }
-  BatchScheduler scheduler(**engine, {.batch = batch,
-                                      .prefill_tokens_per_step = options.prefill_chunk,
-                                      .max_context = options.max_context});
+  BatchScheduler scheduler(**engine,
+                           {.batch = batch,
+                            .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
+                            .max_context = options.max_context});
   for (Item& item : items) {
     if (auto s = scheduler.Add(item.request); !s.ok()) return ReportError(kName, s.status());
   }

@@ -95,6 +95,11 @@ double RunReport::median_decode_seconds() const {
   return Median(std::move(s));
 }
 
+void RunReport::SetPromptCache(const PromptCacheUse& use, const PromptCache& cache) {
+  cache_use_ = use;
+  cache_ = &cache;
+}
+
 void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
   if (print_steps_ && rows_at_end_) {
     for (size_t i = 0; i < steps_.size(); ++i) PrintRow(i);
@@ -137,6 +142,11 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                Gb(AllBytes(prefill_)), FormatBytes(static_cast<double>(PeakRssBytes())).c_str(),
                FormatBytes(static_cast<double>(engine.plan().budget_bytes)).c_str(),
                FormatBytes(static_cast<double>(kProcessOverheadBytes)).c_str());
+  if (cache_use_) {
+    std::fprintf(stderr, "prompt cache: %lld of %zu prompt tokens resumed in %.3f s from %s\n",
+                 static_cast<long long>(cache_use_->cached_tokens), prompt_ids_.size(),
+                 cache_use_->load_seconds, cache_->directory().c_str());
+  }
 }
 
 nlohmann::json RunReport::ToJson(const Engine& engine) const {
@@ -157,6 +167,10 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
   report["seconds_per_token"] = median_decode_seconds();
   report["prefill_seconds"] = prefill_.seconds;
   report["prefill"] = prefill_.ToJson();
+  // What a user waits for: reading a cached state, then running the rest of the prompt.
+  report["time_to_first_token_seconds"] =
+      prefill_.seconds + (cache_use_ ? cache_use_->load_seconds : 0.0);
+  if (cache_use_) report["prompt_cache"] = cache_use_->ToJson(*cache_);
   report["peak_rss_bytes"] = PeakRssBytes();
   report["settings"] = engine.Settings();
   report["memory_plan"] = {{"budget_bytes", engine.plan().budget_bytes},

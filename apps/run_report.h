@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apps/prompt_cache_flags.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/engine.h"
 
@@ -31,6 +33,8 @@ class RunReport {
   explicit RunReport(bool print_steps);
   void SetPrefill(const std::vector<int32_t>& prompt_ids, const StepMetrics& prefill);
   void AddStep(StepRecord step);  // prints its table row on stderr when print_steps
+  // What the prompt cache did for the prompt (generate --prompt-cache).
+  void SetPromptCache(const PromptCacheUse& use, const PromptCache& cache);
   // The summary lines on stderr: s/token, prefill time, bytes by kind, stall, hit rate, RSS.
   void PrintSummary(const Engine& engine, bool interrupted) const;  // with deferred rows first
   nlohmann::json ToJson(const Engine& engine) const;
@@ -47,6 +51,8 @@ class RunReport {
   std::vector<int32_t> prompt_ids_;
   StepMetrics prefill_;
   std::vector<StepRecord> steps_;
+  std::optional<PromptCacheUse> cache_use_;
+  const PromptCache* cache_ = nullptr;
 };
 
 // The memory plan and how the checkpoint is read, as the commands print them before running.

@@ -120,8 +120,8 @@ void Product(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_
 
 // Larger batches: the panel product of kernels/internal/panel-inl.h over the full chunks (each
 // weight widened once for all the tokens), then the zero-padded tail chunk.
-void PanelProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
-                  size_t row_end) {
+void PanelGroupProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y,
+                       size_t row_begin, size_t row_end) {
   const size_t cols = w.cols, full = cols / kLanes * kLanes, tail = cols - full;
   const size_t blocks = (full + kPanelCols - 1) / kPanelCols;
   const uint16_t* data = w.data.data();
@@ -173,6 +173,20 @@ void PanelProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y, 
   };
   GroupedPanelProduct(blocks, tokens, cols, row_begin, row_end, y, w.rows, decode, prefetch,
                       x_block, finish);
+}
+
+// One token group at a time (GroupTokens: what L2 keeps), so that the copy of the activations in
+// this thread's scratch is one group's, not the whole chunk's: at Kimi K3's 33,792-wide dense
+// layer the whole chunk's copy took 135 KB per token in each compute thread, the largest share
+// of a long prompt's memory. GroupedPanelProduct goes group by group anyway: the same sequence
+// of operations, the same bits.
+void PanelProduct(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,
+                  size_t row_end) {
+  const size_t group = GroupTokens(tokens, w.cols);
+  for (size_t t0 = 0; t0 < tokens; t0 += group) {
+    PanelGroupProduct(w, x + t0 * w.cols, std::min(group, tokens - t0), y + t0 * w.rows, row_begin,
+                      row_end);
+  }
 }
 
 void MatMulImpl(const Bf16Matrix& w, const float* x, size_t tokens, float* y, size_t row_begin,

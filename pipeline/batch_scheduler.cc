@@ -43,6 +43,16 @@ struct BatchScheduler::Live {
   int32_t next = -1;     // the last sampled token, decoded in the next step
 
   bool decoding() const { return prefilled == request.prompt.size(); }
+  // The prompt tokens the next chunk may run: up to the next snapshot position, if any.
+  size_t ChunkRoom() const {
+    const size_t left = request.prompt.size() - prefilled;
+    for (int64_t at : request.snapshot_at) {
+      if (at > state.position() && at - state.position() < static_cast<int64_t>(left)) {
+        return static_cast<size_t>(at - state.position());
+      }
+    }
+    return left;
+  }
 };
 
 BatchScheduler::BatchScheduler(Engine& engine, const BatchOptions& options)
@@ -76,6 +86,7 @@ void BatchScheduler::Admit() {
     Sampler sampler(request.sampler);
     SequenceState state = request.resume ? std::move(*request.resume) : engine_.NewState();
     request.resume.reset();
+    std::sort(request.snapshot_at.begin(), request.snapshot_at.end());
     Live seq{std::move(request), {}, std::move(state), std::move(sampler)};
     seq.result.index = index;
     seq.result.prompt_tokens =
@@ -131,7 +142,7 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
   for (size_t i = 0; i < live.size() && share > 0; ++i) {
     if (live[i].decoding()) continue;
     const auto& prompt = live[i].request.prompt;
-    chunk[i] = std::min<size_t>(share, prompt.size() - live[i].prefilled);
+    chunk[i] = std::min<size_t>(share, live[i].ChunkRoom());
     share -= static_cast<int>(chunk[i]);
     segments.push_back({{prompt.data() + live[i].prefilled, chunk[i]}, &live[i].state});
     owner.push_back(i);
@@ -150,7 +161,13 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
   for (size_t s = 0; s < segments.size(); ++s) {
     Live& seq = live[owner[s]];
     seq.prefilled += chunk[owner[s]];
-    if (!seq.decoding()) continue;  // more of its prompt to run
+    if (!seq.decoding()) {  // more of its prompt to run
+      const auto& at = seq.request.snapshot_at;
+      if (on_prompt_state_ && std::find(at.begin(), at.end(), seq.state.position()) != at.end()) {
+        on_prompt_state_(seq.result.index, seq.state);
+      }
+      continue;
+    }
     BatchResult& r = seq.result;
     const std::span<const float> row(logits_.data() + s * vocab, vocab);
     if (chunk[owner[s]] > 0) {
@@ -222,12 +239,14 @@ absl::Status BatchScheduler::Run(const TokenFn& on_token, const DoneFn& on_done,
 
 absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
                                         const SequenceHooks& hooks) {
-  BatchScheduler scheduler(engine, {.batch = 1,
-                                    .prefill_tokens_per_step = engine.options().prefill_chunk,
-                                    .max_context = engine.options().max_context});
+  BatchScheduler scheduler(engine,
+                           {.batch = 1,
+                            .prefill_tokens_per_step = static_cast<int>(engine.prefill_chunk()),
+                            .max_context = engine.options().max_context});
   if (auto added = scheduler.Add(std::move(request)); !added.ok()) return added.status();
   StepMetrics since;  // the steps since the last token
   scheduler.set_step_fn([&](const StepMetrics& step) { since.Add(step); });
+  if (hooks.on_prompt_state) scheduler.set_prompt_state_fn(hooks.on_prompt_state);
   if (hooks.on_prompt_end) {
     scheduler.set_prompt_end_fn(
         [&](size_t, std::span<const float> logits) { hooks.on_prompt_end(logits, since); });

@@ -34,7 +34,12 @@ struct BatchRequest {
   std::optional<SequenceState> resume;
   bool keep_prompt_state = false;  // hand a copy of the state to the PromptStateFn once the
                                    // prompt has run (before the first token is sampled)
-  bool keep_final_state = false;   // hand the final state over in BatchResult::state
+  // Positions in the sequence (tokens before it included) inside the prompt at which the state
+  // is handed to the PromptStateFn as well: prompt chunks are cut there, which changes no bit
+  // (a prompt cache keeps the state one token short of the prompt's end, so that the same
+  // prompt again resumes it and runs one token for its logits).
+  std::vector<int64_t> snapshot_at;
+  bool keep_final_state = false;  // hand the final state over in BatchResult::state
 };
 
 // How a sequence ended.
@@ -143,6 +148,9 @@ struct SequenceHooks {
   // the previous token (the prompt's steps for the first token).
   std::function<void(int32_t id, std::span<const float> logits, const StepMetrics& steps)> on_token;
   BatchScheduler::StopFn stop;  // polled before each step (Ctrl-C): ends it as interrupted
+  // The state at the end of the prompt (with keep_prompt_state) and at each of its snapshot_at
+  // positions.
+  BatchScheduler::PromptStateFn on_prompt_state;
 };
 
 // Runs one request as a batch of one (prompt chunks of the engine's prefill_chunk, its

@@ -51,6 +51,7 @@ struct Engine::Parts {
   absl::Status Init(const EngineOptions& options);
   absl::Status OpenReads(const ModelFootprint& footprint);
   absl::Status LoadPinnedTrunk();
+  void GrowPrefillChunk(const ModelFootprint& small, const RingOptions& ring, uint64_t ram);
 
   // Every file the engine reads: the shards, and the trunk pack when there is one.
   std::vector<io::FileId> FileIds() const {
@@ -117,6 +118,7 @@ const ModelConfig& Engine::config() const { return parts_->ckpt->config(); }
 const MemoryPlan& Engine::plan() const { return parts_->plan; }
 const EngineOptions& Engine::options() const { return parts_->options; }
 int Engine::sequences() const { return parts_->plan.sequences; }
+int64_t Engine::prefill_chunk() const { return parts_->plan.prefill_chunk; }
 int Engine::sequences_budget_holds() const { return parts_->holds; }
 SequenceState Engine::NewState() const { return SequenceState(config()); }
 
@@ -161,7 +163,7 @@ nlohmann::json Engine::Settings() const {
           {"prefetch_cap_bytes", parts_->prefetch_cap},
           {"threads", parts_->threads},
           {"overlap", o.overlap},
-          {"prefill_chunk", o.prefill_chunk},
+          {"prefill_chunk", plan.prefill_chunk},
           {"storage_profile", o.storage_profile},
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
@@ -183,7 +185,7 @@ std::string Engine::DescribeReads() const {
 
 absl::Status Engine::Prefill(std::span<const int32_t> ids, SequenceState& state,
                              std::vector<float>& logits, StepMetrics* metrics) {
-  const auto chunk = static_cast<size_t>(parts_->options.prefill_chunk);
+  const auto chunk = static_cast<size_t>(prefill_chunk());
   for (size_t at = 0; at < ids.size(); at += chunk) {
     const size_t n = std::min(chunk, ids.size() - at);
     if (auto s = Forward(ids.subspan(at, n), state, false, logits, metrics); !s.ok()) return s;
@@ -274,6 +276,43 @@ absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
   return absl::OkStatus();
 }
 
+// `--prefill-chunk auto`: the plan made for small chunks, re-made for the largest chunk whose
+// activations take at most kAutoPrefillShare of the budget (and at most --max-context tokens),
+// halved while that plan does not fit. A whole prompt in one chunk reads the streamed trunk and
+// each expert it touches once per layer, where chunks of 64 read them once per chunk.
+void Engine::Parts::GrowPrefillChunk(const ModelFootprint& small, const RingOptions& ring,
+                                     uint64_t ram) {
+  const uint64_t per_token = std::max<uint64_t>(1, small.prefill_bytes_per_token);
+  const auto share =
+      static_cast<uint64_t>(kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
+  const int64_t cap = std::min(kMaxAutoPrefillChunk, options.max_context);
+  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(share / per_token), 1, cap);
+  for (int64_t chunk = most; chunk > small.prefill_chunk; chunk /= 2) {
+    const ModelFootprint f =
+        MeasureFootprint(*ckpt, options.max_context, chunk, ring).WithSequences(small.sequences);
+    auto planned = PlanMemory(f, options.memory, ram);
+    if (!planned.ok()) continue;
+    const uint64_t minimum = plan.minimum_bytes;  // the smallest budget runs small chunks
+    plan = *std::move(planned);
+    plan.minimum_bytes = minimum;
+    const std::string activations =
+        absl::StrCat("activations of ", FormatBytes(static_cast<double>(per_token)), " a token");
+    if (chunk < most) {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, halved from ", most, " until the plan fits (", activations, ")");
+    } else if (most == cap) {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, capped at ", cap == options.max_context ? "--max-context " : "", cap);
+    } else {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, the most whose ", activations, " take a quarter of the budget");
+    }
+    return;
+  }
+  plan.prefill_chunk_source = absl::StrCat("auto: no more than ", small.prefill_chunk,
+                                           " tokens' activations fit beside the model");
+}
+
 absl::Status Engine::Parts::Init(const EngineOptions& asked) {
   options = asked;
   auto opened = Checkpoint::Open(options.model_dir);
@@ -284,11 +323,13 @@ absl::Status Engine::Parts::Init(const EngineOptions& asked) {
     if (!packed.ok()) return packed.status();
     pack = *std::move(packed);
   }
-  const ModelFootprint one = MeasureFootprint(*ckpt, options.max_context, options.prefill_chunk,
-                                              {.piece_bytes = options.ring_piece_bytes,
-                                               .slots = options.ring_slots,
-                                               .pack = pack.get(),
-                                               .threads = options.threads});
+  const RingOptions ring{.piece_bytes = options.ring_piece_bytes,
+                         .slots = options.ring_slots,
+                         .pack = pack.get(),
+                         .threads = options.threads};
+  const bool auto_chunk = options.prefill_chunk == kAutoPrefillChunk;
+  const ModelFootprint one = MeasureFootprint(
+      *ckpt, options.max_context, auto_chunk ? kSmallPrefillChunk : options.prefill_chunk, ring);
   const uint64_t ram = AvailableRamBytes();
   holds = MaxSequences(one, options.memory, ram, kMaxSequences);
   const int least = options.sequences > 0 ? options.sequences : options.min_sequences;
@@ -304,6 +345,7 @@ absl::Status Engine::Parts::Init(const EngineOptions& asked) {
   }
   if (!planned.ok()) return planned.status();
   plan = *std::move(planned);
+  if (auto_chunk) GrowPrefillChunk(one.WithSequences(n), ring, ram);
   threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
   limit =
       std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);

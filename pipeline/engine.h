@@ -6,7 +6,7 @@
 //
 //   auto engine = Engine::Open(options);          // plan printed by the caller: plan().Describe()
 //   SequenceState state = (*engine)->NewState();
-//   (*engine)->Prefill(prompt_ids, state, logits, &m);   // chunks of options.prefill_chunk
+//   (*engine)->Prefill(prompt_ids, state, logits, &m);   // chunks of prefill_chunk()
 //   (*engine)->Decode(id, state, logits, &m);            // one token
 //
 // Output is bit-identical at every setting (DESIGN.md invariant 1): the settings change where
@@ -30,6 +30,10 @@
 #include "pipeline/step_metrics.h"
 
 namespace k3 {
+
+inline constexpr int kAutoPrefillChunk = 0;
+// The smallest chunk auto chooses when the budget allows it (the default before auto).
+inline constexpr int kSmallPrefillChunk = 64;
 
 struct EngineOptions {
   std::string model_dir;
@@ -55,7 +59,9 @@ struct EngineOptions {
   bool overlap = true;       // false: the serial baseline (read a layer's experts, then compute)
   std::string cache_policy;  // empty: the default policy
   std::string storage_profile = "direct";
-  int prefill_chunk = 64;
+  // Prompt tokens run through each layer together; kAutoPrefillChunk: the largest the budget
+  // holds (Engine::prefill_chunk() says which).
+  int prefill_chunk = kAutoPrefillChunk;
   // The trunk ring (docs/MEMORY.md): the size of a piece and the number of slots; 0 = the
   // defaults (kDefaultPieceBytes, kDefaultRingSlots).
   uint64_t ring_piece_bytes = 0;
@@ -80,6 +86,8 @@ class Engine {
   // the budget holds beside the model, counted up to kMaxSequences.
   int sequences() const;
   int sequences_budget_holds() const;
+  // Prompt tokens per layer pass: EngineOptions::prefill_chunk, or the one auto chose.
+  int64_t prefill_chunk() const;
   // Every setting in effect, for reports.
   nlohmann::json Settings() const;
   // How the checkpoint is read, one line for under the memory plan: the backend, and O_DIRECT
@@ -87,7 +95,7 @@ class Engine {
   std::string DescribeReads() const;
   SequenceState NewState() const;
 
-  // Runs `ids` after the tokens in `state` in chunks of prefill_chunk; logits of the last
+  // Runs `ids` after the tokens in `state` in chunks of prefill_chunk(); logits of the last
   // token. `metrics` (optional) receives the sum over the chunks.
   absl::Status Prefill(std::span<const int32_t> ids, SequenceState& state,
                        std::vector<float>& logits, StepMetrics* metrics = nullptr);

@@ -53,6 +53,13 @@ inline constexpr int kMaxRingSlots = 64;
 inline constexpr int kDecodeBuffers = 2;
 // Embedding rows read at once when the embedding is not resident (their buffers are planned).
 inline constexpr int kEmbeddingRowsPerRead = 16;
+// What one compute thread's product scratch holds at most: one token group of activations (1 MiB,
+// kernels/internal/panel-inl.h) and its accumulators.
+inline constexpr uint64_t kProductScratchBytes = 2ull << 20;
+// `--prefill-chunk auto`: the largest chunk whose activations take at most this share of the
+// budget, and at most kMaxAutoPrefillChunk tokens (docs/MEMORY.md says why a quarter).
+inline constexpr double kAutoPrefillShare = 0.25;
+inline constexpr int64_t kMaxAutoPrefillChunk = 65536;
 
 // The memory-relevant sizes of one checkpoint.
 struct ModelFootprint {
@@ -84,6 +91,8 @@ struct ModelFootprint {
   int64_t experts_per_token = 0;   // top-k
   uint64_t state_bytes = 0;        // sequence state at the planned context length, all sequences
   uint64_t buffer_bytes = 0;       // activations, logits, embedding rows, I/O bookkeeping
+  uint64_t prefill_bytes_per_token = 0;  // what each token of a prefill chunk adds to them
+  int64_t prefill_chunk = 0;             // the chunk buffer_bytes holds
   // Sequences the state and buffers are planned for (a batch), and what each one adds.
   int sequences = 1;
   uint64_t state_bytes_per_sequence = 0;
@@ -109,6 +118,10 @@ struct ModelFootprint {
 // (MemoryPlan::pinned_compressed): a layer's matrix stored compressed that the forward pass
 // multiplies (not one used row by row, `whole`; the routers and lm_head stay decoded).
 bool HeldCompressed(const TensorSpec& spec, const PackedTensor* packed, bool whole);
+
+// The activations one token of a prefill chunk holds at the peak of a layer (the forward pass in
+// core/model/model.cc).
+uint64_t PrefillBytesPerToken(const ModelConfig& config);
 
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
 ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,
@@ -141,6 +154,9 @@ struct MemoryPlan {
   uint64_t piece_bytes = 0;
   uint64_t cache_bytes = 0;
   int64_t cache_slots = 0;
+  // Prompt tokens run through each layer together (the buffers hold them), and why that many.
+  int64_t prefill_chunk = 64;
+  std::string prefill_chunk_source = "--prefill-chunk 64";
 
   int64_t streamed_layers() const;
   bool streams_anything() const { return ring_slots > 0; }

@@ -128,7 +128,9 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
           {"threads", s.base.threads},
           {"overlap", s.base.overlap},
           {"cache_policy", s.base.cache_policy},
-          {"prefill_chunk", s.base.prefill_chunk},
+          {"prefill_chunk", s.base.prefill_chunk == kAutoPrefillChunk
+                                ? nlohmann::json("auto")
+                                : nlohmann::json(s.base.prefill_chunk)},
           {"max_context", s.base.max_context}};
 }
 

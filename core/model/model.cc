@@ -107,8 +107,11 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
                 std::span<const Rows> rows, size_t tokens, std::span<float> out) const {
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
-  std::vector<float> raw(tokens * width), q(tokens * width), k(tokens * width), v(tokens * width),
-      gate(tokens * width), z(tokens * width), low(tokens * dim), beta(tokens * heads);
+  std::vector<float> q(tokens * width), k(tokens * width), v(tokens * width), gate(tokens * width),
+      z(tokens * width), low(tokens * dim), beta(tokens * heads);
+  // The output's buffer holds the raw projections first: one activation of a prompt chunk less.
+  std::vector<float> o(tokens * width);
+  std::vector<float>& raw = o;
   // Projections, then the causal convolutions (which advance the carried history).
   const std::pair<const Matrix*, std::vector<float>*> qkv[3] = {{&w.q, &q}, {&w.k, &k}, {&w.v, &v}};
   const std::vector<float>* conv[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
@@ -134,7 +137,6 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
     kernels::KdaDecay(Row(z, t, width), w.a_log, w.dt_bias, dim, lower_bound);  // z -> alpha
   });
   // The recurrence runs token by token on each sequence's state; heads are independent.
-  std::vector<float> o(tokens * width);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   for (const Rows& r : rows) {
     std::span<float> s = r.state->kda_state(layer);
@@ -252,23 +254,30 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   }
   // Each expert's output goes to its own slot, whatever order the bytes arrive in.
   std::vector<float> slots(tokens * top * latent);
+  // An expert's rows go kExpertRowsPerPass at a time (a row's result does not depend on the
+  // rows beside it), so that a chunk whose tokens all choose one expert needs no more memory
+  // than one whose tokens spread.
   auto use = [&](size_t i, const ExpertWeights& ew) {
     const auto& u = *wanted_users[i];
-    const size_t n = u.size();
-    std::vector<float> in(n * latent), gate(n * width), up(n * width), y(n * latent);
-    for (size_t r = 0; r < n; ++r) {
-      std::copy_n(z.data() + u[r].first * latent, latent, in.data() + r * latent);
-    }
+    const size_t pass = std::min(u.size(), kExpertRowsPerPass);
+    std::vector<float> in(pass * latent), gate(pass * width), up(pass * width), y(pass * latent);
     kernels::Mxfp4Activations batch;  // gate and up share one layout of the input
-    batch.Assign(in, n, latent);
-    Mxfp4MatMulParallel(ew.w1, batch, gate);
-    Mxfp4MatMulParallel(ew.w3, batch, up);
-    kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
-    batch.Assign(gate, n, width);
-    Mxfp4MatMulParallel(ew.w2, batch, y);
-    for (size_t r = 0; r < n; ++r) {
-      const auto [t, j] = u[r];
-      std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
+    for (size_t first = 0; first < u.size(); first += pass) {
+      const size_t n = std::min(pass, u.size() - first);
+      for (size_t r = 0; r < n; ++r) {
+        std::copy_n(z.data() + u[first + r].first * latent, latent, in.data() + r * latent);
+      }
+      const std::span<float> g(gate.data(), n * width), p(up.data(), n * width);
+      batch.Assign({in.data(), n * latent}, n, latent);
+      Mxfp4MatMulParallel(ew.w1, batch, g);
+      Mxfp4MatMulParallel(ew.w3, batch, p);
+      kernels::SituGlu(g, p, g, config_.situ_beta, config_.situ_linear_beta);
+      batch.Assign(g, n, width);
+      Mxfp4MatMulParallel(ew.w2, batch, {y.data(), n * latent});
+      for (size_t r = 0; r < n; ++r) {
+        const auto [t, j] = u[first + r];
+        std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
+      }
     }
   };
   if (absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside); !s.ok()) return s;

@@ -18,6 +18,9 @@
 
 namespace k3 {
 
+// The most rows of one routed expert multiplied at once (memory_plan.cc counts their buffers).
+inline constexpr size_t kExpertRowsPerPass = 256;
+
 // Per-layer hook: called after each layer with the token count and the layer's output prefix
 // P [tokens, hidden] (for tests that check activations layer by layer).
 using LayerObserver = std::function<void(int64_t layer, std::span<const float> prefix)>;

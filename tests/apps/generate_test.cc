@@ -86,7 +86,7 @@ TEST(GenerateTest, SamplingIsReproducibleForASeed) {
 TEST(GenerateTest, PrefillChunkAndThreadCountDoNotChangeABit) {
   testing::TempDir dir;
   std::vector<std::string> outputs;
-  for (auto [chunk, threads] : {std::pair{"64", "2"}, {"1", "1"}, {"3", "2"}}) {
+  for (auto [chunk, threads] : {std::pair{"64", "2"}, {"1", "1"}, {"3", "2"}, {"auto", "1"}}) {
     const std::string tag = std::string(chunk) + "_" + threads;
     auto r = RunK3({"generate", "-m", Fixture(), "--ids", "3,7,11,5,9,2,40,41", "-n", "6",
                     "--prefill-chunk", chunk, "-t", threads, "--dump-logits", dir / tag});
@@ -95,6 +95,59 @@ TEST(GenerateTest, PrefillChunkAndThreadCountDoNotChangeABit) {
   }
   EXPECT_EQ(outputs[0], outputs[1]);
   EXPECT_EQ(outputs[0], outputs[2]);
+  EXPECT_EQ(outputs[0], outputs[3]);
+}
+
+// --prompt-cache: a second run of a prompt resumes the state one token short of its end, a
+// longer prompt the longest cached prefix, a damaged file is a warning naming it and a cold
+// run; the tokens and logits are the cold run's every time.
+TEST(GenerateTest, APromptCacheResumesWithTheColdRunsTokensAndLogits) {
+  testing::TempDir dir;
+  const std::string cache = dir / "cache";
+  auto run = [&](const std::string& ids, const std::string& tag, bool cached) {
+    std::vector<std::string> args = {"generate",
+                                     "-m",
+                                     Fixture(),
+                                     "--ids",
+                                     ids,
+                                     "-n",
+                                     "5",
+                                     "--dump-logits",
+                                     dir / (tag + ".f32"),
+                                     "--report-json",
+                                     dir / (tag + ".json")};
+    if (cached) args.insert(args.end(), {"--prompt-cache", cache});
+    auto r = RunK3(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto report = nlohmann::json::parse(testing::ReadAll(dir / (tag + ".json")));
+    return std::tuple{r, report, r.out + testing::ReadAll(dir / (tag + ".f32"))};
+  };
+  const std::string prompt = "3,7,11,5,9,2,40,41", longer = "3,7,11,5,9,2,40,41,8,8,1";
+  const auto [cold_run, cold_report, cold] = run(prompt, "cold", false);
+  const auto [first_run, first_report, first] = run(prompt, "first", true);
+  EXPECT_EQ(first, cold);
+  EXPECT_EQ(first_report["prompt_cache"]["cached_tokens"], 0);
+  EXPECT_EQ(first_report["prompt_cache"]["stored"], 1);
+  const auto [warm_run, warm_report, warm] = run(prompt, "warm", true);
+  EXPECT_EQ(warm, cold);
+  EXPECT_EQ(warm_report["prompt_cache"]["cached_tokens"], 7);
+  EXPECT_EQ(warm_report["prompt_cache"]["disk_hits"], 1);
+  const auto [long_cold_run, long_cold_report, long_cold] = run(longer, "long_cold", false);
+  const auto [long_run, long_report, long_warm] = run(longer, "long", true);
+  EXPECT_EQ(long_warm, long_cold);
+  EXPECT_EQ(long_report["prompt_cache"]["cached_tokens"], 7);
+  // Damage every state file: one flipped byte in the middle of each.
+  const std::string where = first_report["prompt_cache"]["directory"];
+  const std::string flip = R"sh(for f in "$D"/*.k3pc; do
+      o=$(( $(stat -c %s "$f") / 2 )); b=$(dd if="$f" bs=1 skip=$o count=1 status=none | od -An -tu1)
+      printf "\\$(printf %o $(( b ^ 255 )))" | dd of="$f" bs=1 seek=$o conv=notrunc status=none
+    done)sh";
+  ASSERT_EQ(testing::RunShell("D=" + testing::ShellQuote(where) + "; " + flip).exit_code, 0);
+  const auto [damaged_run, damaged_report, damaged] = run(longer, "damaged", true);
+  EXPECT_EQ(damaged, long_cold);
+  EXPECT_EQ(damaged_report["prompt_cache"]["cached_tokens"], 0);
+  EXPECT_GE(damaged_report["prompt_cache"]["damaged"], 1);
+  EXPECT_THAT(damaged_run.err, HasSubstr(".k3pc"));
 }
 
 // On a terminal (stdout and stderr the same tty) the text comes whole, and the per-step table

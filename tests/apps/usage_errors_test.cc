@@ -95,7 +95,7 @@ const UsageCase kCases[] = {
      "--prefetch-distance x: expected an integer in 0..64"},
     {"generate_prefill_chunk_zero",
      {"generate", "-m", "FIXTURE", "--ids", "3", "--prefill-chunk", "0"},
-     "--prefill-chunk must be >= 1"},
+     "--prefill-chunk 0: must be auto or a number >= 1"},
     {"generate_missing_model_dir",
      {"generate", "-m", "OUT", "--ids", "3"},
      "--model OUT: no config.json there"},

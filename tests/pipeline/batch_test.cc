@@ -381,6 +381,47 @@ TEST_F(BatchTest, AResumedStateGivesTheTokensAndLogitsOfTheWholePrompt) {
   }
 }
 
+// Snapshots inside a prompt (a prompt cache's): the state at each asked position, cut there
+// without changing a bit, and the same prompt resumed from the one a token short of its end.
+TEST_F(BatchTest, SnapshotsInsideAPromptHoldItsPrefixesAndChangeNoBit) {
+  auto engine = Engine::Open(Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  BatchRequest first = Requests()[0];  // 9 prompt tokens
+  first.snapshot_at = {8, 3};
+  const Output alone = Alone(**engine, Requests()[0], Options().max_context);
+  std::map<int64_t, SequenceState> snapshots;
+  std::map<size_t, Output> batched;
+  {
+    BatchScheduler scheduler(**engine,
+                             {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
+    scheduler.set_prompt_state_fn(
+        [&](size_t, const SequenceState& s) { snapshots.emplace(s.position(), s); });
+    ASSERT_TRUE(scheduler.Add(Requests()[3]).ok());
+    ASSERT_TRUE(scheduler.Add(first).ok());
+    ASSERT_TRUE(scheduler
+                    .Run(
+                        [&](size_t i, int32_t id, std::span<const float> logits) {
+                          batched[i].ids.push_back(id);
+                          batched[i].logits.emplace_back(logits.begin(), logits.end());
+                        },
+                        [&](BatchResult& r) { batched[r.index].finish = r.finish; })
+                    .ok());
+  }
+  ASSERT_EQ(snapshots.size(), 2u);
+  for (const auto& [at, state] : snapshots) {
+    EXPECT_EQ(state.tokens(),
+              std::vector<int32_t>(first.prompt.begin(), first.prompt.begin() + at));
+  }
+  ExpectSame({Alone(**engine, Requests()[3], Options().max_context), alone}, batched,
+             "snapshots at 3 and 8");
+  BatchRequest again = Requests()[0];
+  again.resume = snapshots.at(8);
+  again.prompt.erase(again.prompt.begin(), again.prompt.begin() + 8);
+  std::map<size_t, Output> resumed = Batched(
+      **engine, {again}, {0}, {.batch = 1, .prefill_tokens_per_step = 4, .max_context = 48});
+  ExpectSame({alone}, resumed, "resumed a token short of the prompt's end");
+}
+
 TEST_F(BatchTest, ACancelledRequestEndsAtTheNextStepAndTheOthersAreUnchanged) {
   auto engine = Engine::Open(Options());
   ASSERT_TRUE(engine.ok()) << engine.status();

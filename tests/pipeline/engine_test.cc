@@ -99,11 +99,15 @@ std::vector<MemorySetting> GridMemory(const std::string& dir) {
 }
 
 // The grid of DESIGN.md invariant 1: memory settings (above) x queue depth {1, 8, 32} x
-// distance {0, 1, 3} (for decode and prefill) x threads {1, 2} x overlap on/off, 216 settings.
+// distance {0, 1, 3} (for decode and prefill, with the prompt chunk {1, 4, auto}) x threads
+// {1, 2} x overlap on/off, 216 settings.
 // A sanitizer build runs a pairwise covering subset (tests/util/pairwise.h; K3_FULL_GRID=1 runs
 // all): every value of each dimension with every value of every other at least once.
 constexpr int kGridQueueDepths[] = {1, 8, 32};
 constexpr int kGridDistances[] = {0, 1, 3};
+// The prompt's chunks go with the distance: token at a time, chunks of 4 of the 9 prompt tokens
+// and auto (the whole prompt in one chunk), so that each meets every other dimension's values.
+constexpr int kGridChunks[] = {1, kPrefillChunk, kAutoPrefillChunk};
 constexpr int kGridThreads[] = {1, 2};
 constexpr bool kGridOverlap[] = {true, false};
 const std::vector<int> kGridSizes = {6, 3, 3, 2, 2};  // the memory settings first
@@ -127,11 +131,12 @@ void ExpectGridBitIdentical(const std::string& dir, const EngineOptions& base_op
     o.queue_depth = kGridQueueDepths[p[1]];
     o.prefetch_distance = kGridDistances[p[2]];
     o.prefill_prefetch_distance = kGridDistances[p[2]];
+    o.prefill_chunk = kGridChunks[p[2]];
     o.threads = kGridThreads[p[3]];
     o.overlap = kGridOverlap[p[4]];
-    const std::string where =
-        absl::StrCat("memory ", memory.name, " qd ", o.queue_depth, " distance ",
-                     o.prefetch_distance, " threads ", o.threads, " overlap ", o.overlap);
+    const std::string where = absl::StrCat(
+        "memory ", memory.name, " qd ", o.queue_depth, " distance ", o.prefetch_distance, " chunk ",
+        o.prefill_chunk, " threads ", o.threads, " overlap ", o.overlap);
     auto run = Stream(o);
     ASSERT_TRUE(run.ok()) << where << ": " << run.status();
     ASSERT_EQ(run->ids, base.ids) << where;
@@ -175,6 +180,44 @@ TEST_F(EngineTest, DeterminismGridOnTheDemoModel) {
   opt.router_skew = 1.0;
   ASSERT_TRUE(Synthesize(opt).ok());
   ExpectGridBitIdentical(opt.out_dir, Options());
+}
+
+// --prefill-chunk auto: the most tokens whose activations take a quarter of the budget, at most
+// --max-context, held by the plan's buffers and said in its text; a number given wins.
+TEST_F(EngineTest, AutoPrefillChunkIsTheMostAQuarterOfTheBudgetHolds) {
+  EngineOptions o = Options();
+  o.prefill_chunk = kAutoPrefillChunk;
+  o.max_context = 1 << 14;
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok());
+  const ModelFootprint small = MeasureFootprint(**ckpt, o.max_context, kPrefillChunk);
+  const uint64_t per_token = small.prefill_bytes_per_token;
+  ASSERT_GT(per_token, 0u);
+  auto max = PlanMemory(small, {.preset = "max"}, 0);
+  ASSERT_TRUE(max.ok()) << max.status();
+  for (double share : {3.0, 6.0}) {
+    o.memory = {.ram_gb = share * max->budget_bytes / 1e9};
+    auto engine = Engine::Open(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const MemoryPlan& plan = (*engine)->plan();
+    const int64_t want =
+        std::min<int64_t>(o.max_context, static_cast<int64_t>(plan.budget_bytes / 4 / per_token));
+    ASSERT_GT(want, kSmallPrefillChunk);
+    EXPECT_EQ((*engine)->prefill_chunk(), want) << o.memory.ram_gb << " GB";
+    EXPECT_GE(plan.buffer_bytes, per_token * want);
+    EXPECT_LE(plan.planned_bytes(), plan.budget_bytes);
+    EXPECT_THAT(plan.Describe(),
+                HasSubstr(absl::StrCat("prompt chunks of ", want, " tokens: auto")));
+  }
+  o.max_context = 64;
+  auto capped = Engine::Open(o);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ((*capped)->prefill_chunk(), 64);
+  o.prefill_chunk = 7;
+  auto given = Engine::Open(o);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ((*given)->prefill_chunk(), 7);
+  EXPECT_THAT((*given)->plan().Describe(), HasSubstr("--prefill-chunk 7"));
 }
 
 TEST_F(EngineTest, MinimumBudgetStreamsTheTrunkAndTheExperts) {
