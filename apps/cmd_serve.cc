@@ -16,6 +16,7 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/generate_options.h"
+#include "apps/prompt_cache_flags.h"
 #include "apps/run_report.h"
 #include "apps/server/generation_service.h"
 #include "apps/server/http_server.h"
@@ -125,7 +126,9 @@ int RunServe(const std::vector<std::string>& positional) {
                            .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
                            .max_context = options->max_context};
   service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
-  service_options.saved_states = shape.saved_states;
+  auto cache = PromptCacheFromFlags(**engine, kServeName, static_cast<size_t>(shape.saved_states));
+  if (!cache.ok()) return ReportError(kServeName, cache.status());
+  service_options.prompt_cache = cache->get();
   server::GenerationService service(**engine, service_options);
   server::HttpServer http(service, **tokenizer, *stops,
                           static_cast<int>((*engine)->config().vocab_size), *server_options);
@@ -133,10 +136,11 @@ int RunServe(const std::vector<std::string>& positional) {
   if (!port.ok()) return ReportError(kServeName, port.status());
   std::fprintf(stderr,
                "listening on http://%s:%d (model %s; batch %d, queue %d, saved states "
-               "%d, context %lld)%s\n",
+               "%d, context %lld, prompt cache %s)%s\n",
                server_options->host.c_str(), *port, server_options->model_id.c_str(), shape.batch,
                service_options.max_queue, shape.saved_states,
                static_cast<long long>(options->max_context),
+               *cache != nullptr && (*cache)->on_disk() ? (*cache)->directory().c_str() : "none",
                server_options->api_key.empty() ? "" : "; an API key is required");
   // On a signal: the live and waiting requests end first (a stream gets an error event, a
   // plain request 503), so that the HTTP threads are free when the server stops.
@@ -172,9 +176,12 @@ const Subcommand& ServeCommand() {
       "in one batch of --batch sequences (default: what the budget holds, at most 8): they\n"
       "share every trunk pass and expert read. Up to --max-queue more wait for a place; past\n"
       "that a request gets 429 with Retry-After. A streaming client that disconnects ends its\n"
-      "sequence at the next step. A chat request whose conversation extends an earlier one\n"
-      "resumes that sequence's saved state (--saved-states, least recently used out) instead\n"
-      "of running the whole prompt again; the tokens are the same either way.\n"
+      "sequence at the next step. A request whose tokens extend an earlier one (the next turn\n"
+      "of a chat, the same request again) resumes that sequence's saved state instead of\n"
+      "running the whole prompt again; the tokens are the same either way. The states are kept\n"
+      "in memory (--saved-states, least recently used out) and in --prompt-cache DIR (default\n"
+      "$XDG_CACHE_HOME/k3/prompt-cache, none: off; bounded by --prompt-cache-gb), which a\n"
+      "restart keeps.\n"
       "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
       "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
       "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"

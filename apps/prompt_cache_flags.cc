@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<PromptCache>> PromptCacheFromFlags(const Engine& 
                                                                   std::string_view command,
                                                                   size_t memory_states) {
   const std::string dir = PromptCacheDirFromFlags(command == "serve");
-  if (dir.empty()) return nullptr;
+  if (dir.empty() && memory_states == 0) return nullptr;
   const double gb = absl::GetFlag(FLAGS_prompt_cache_gb);
   if (!(gb > 0)) return absl::InvalidArgumentError("--prompt-cache-gb must be > 0");
   auto fingerprint = PromptCacheFingerprint(engine.checkpoint());
@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<PromptCache>> PromptCacheFromFlags(const Engine& 
       engine.config(), *std::move(fingerprint),
       {.dir = dir, .max_bytes = static_cast<uint64_t>(gb * 1e9), .memory_states = memory_states},
       [name](std::string_view warning) {
-        std::fprintf(stderr, "k3 %s: prompt cache: %.*s\n", name.c_str(),
-                     static_cast<int>(warning.size()), warning.data());
+        std::fprintf(stderr, "k3 %s: %.*s\n", name.c_str(), static_cast<int>(warning.size()),
+                     warning.data());
       });
   if (!cache.ok()) {
     return absl::Status(cache.status().code(),

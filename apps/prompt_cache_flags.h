@@ -20,10 +20,10 @@ namespace k3::cli {
 // or not given (but for serve: <user cache dir>/prompt-cache, as the default).
 std::string PromptCacheDirFromFlags(bool serve);
 
-// The prompt cache the flags ask for, with `memory_states` states kept in memory too; null when
-// there is no directory. A directory that cannot be made, or a bad --prompt-cache-gb, is an
-// error naming it. Warnings (a damaged file, a failed write) go to stderr prefixed with the
-// command's name.
+// The prompt cache the flags ask for, with `memory_states` states kept in memory too (memory
+// only without a directory); null when there is neither. A directory that cannot be made, or a bad
+// --prompt-cache-gb, is an error naming it. Warnings (a damaged file, a failed write) go to stderr
+// prefixed with the command's name.
 absl::StatusOr<std::unique_ptr<PromptCache>> PromptCacheFromFlags(const Engine& engine,
                                                                   std::string_view command,
                                                                   size_t memory_states);

@@ -99,13 +99,13 @@ PromptCache::~PromptCache() = default;
 absl::StatusOr<std::unique_ptr<PromptCache>> PromptCache::Open(
     const ModelConfig& config, std::string fingerprint, PromptCacheOptions options,
     std::function<void(std::string_view)> warn) {
-  if (options.dir.empty()) return absl::InvalidArgumentError("the prompt cache needs a directory");
   if (!IsPlainName(fingerprint)) {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt cache fingerprint \"", fingerprint, "\" is not a plain name"));
   }
   std::unique_ptr<PromptCache> cache(
       new PromptCache(config, std::move(fingerprint), std::move(options), std::move(warn)));
+  if (!cache->on_disk()) return cache;
   if (absl::Status s = io::MakeDirectories(cache->dir_); !s.ok()) return s;
   std::error_code ec;
   fs::directory_iterator check(cache->dir_, ec);
@@ -202,7 +202,7 @@ PromptCache::Load PromptCache::LoadFile(const std::string& name, std::span<const
 std::optional<SequenceState> PromptCache::Lookup(std::span<const int32_t> ids) {
   struct stat st {};
   bool changed = false;
-  if (::stat(dir_.c_str(), &st) == 0) {
+  if (on_disk() && ::stat(dir_.c_str(), &st) == 0) {
     io::AnnotatedMutexLock lock(&mu_);
     changed = ModifiedNs(st) != dir_mtime_ns_;
   }
@@ -253,7 +253,7 @@ std::optional<SequenceState> PromptCache::Lookup(std::span<const int32_t> ids) {
     return std::nullopt;
   }
   // Used from memory is used: the disk's copy should not be the first to go.
-  Touch(PathFor(in_memory->tokens()));
+  if (on_disk()) Touch(PathFor(in_memory->tokens()));
   {
     io::AnnotatedMutexLock lock(&mu_);
     ++stats_.memory_hits;
@@ -272,6 +272,7 @@ void PromptCache::KeepInMemory(std::shared_ptr<const SequenceState> state) {
 void PromptCache::Store(const SequenceState& state) {
   if (state.tokens().empty()) return;
   if (options_.memory_states > 0) KeepInMemory(std::make_shared<const SequenceState>(state));
+  if (!on_disk()) return;
   const std::string name =
       absl::StrCat(PromptCacheKey(fingerprint_, state.tokens()), kPromptCacheSuffix);
   const std::string path = io::JoinPath(dir_, name);
@@ -457,6 +458,11 @@ void PromptCache::Warn(std::string_view message) const {
 PromptCacheStats PromptCache::stats() const {
   io::AnnotatedMutexLock lock(&mu_);
   return stats_;
+}
+
+size_t PromptCache::states_in_memory() const {
+  io::AnnotatedMutexLock lock(&mu_);
+  return memory_.size();
 }
 
 uint64_t PromptCache::disk_bytes() const {

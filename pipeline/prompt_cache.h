@@ -49,7 +49,8 @@ absl::StatusOr<std::string> PromptCacheFingerprint(const Checkpoint& ckpt);
 std::string PromptCacheKey(std::string_view fingerprint, std::span<const int32_t> tokens);
 
 struct PromptCacheOptions {
-  std::string dir = "";      // the root; the files live under dir/<fingerprint>/v<version>/
+  // The root; the files live under dir/<fingerprint>/v<version>/. Empty: memory only.
+  std::string dir = "";
   uint64_t max_bytes = 0;    // the bound on the cache files under dir (0: none), LRU out
   size_t memory_states = 0;  // states kept in memory as well (0: none)
   // Stores that skip the disk after a failed write: a full disk stays full for a while, and
@@ -102,10 +103,12 @@ class PromptCache {
   void Store(const SequenceState& state);
 
   PromptCacheStats stats() const;
+  size_t states_in_memory() const;
   // The bytes of this cache's files (this fingerprint and version) that this process knows of.
   uint64_t disk_bytes() const;
   // Where this cache's files live: dir/<fingerprint>/v<version>.
   const std::string& directory() const { return dir_; }
+  bool on_disk() const { return !options_.dir.empty(); }
   // The path of the file that holds (or would hold) the state after `tokens`.
   std::string PathFor(std::span<const int32_t> tokens) const;
 

@@ -33,11 +33,11 @@ void Job::Finish(FinishReason finish, absl::Status status) {
 }
 
 GenerationService::GenerationService(Engine& engine, const ServiceOptions& options)
-    : options_(options),
-      scheduler_(engine, options.batch),
-      saved_(static_cast<size_t>(std::max(0, options.saved_states))) {
-  scheduler_.set_prompt_state_fn(
-      [this](size_t, const SequenceState& state) { saved_.Save(state); });
+    : options_(options), scheduler_(engine, options.batch) {
+  if (PromptCache* cache = options.prompt_cache) {
+    scheduler_.set_prompt_state_fn(
+        [cache](size_t, const SequenceState& state) { cache->Store(state); });
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -92,12 +92,15 @@ void GenerationService::Admit(std::vector<std::shared_ptr<Job>>& incoming) {
     BatchRequest request = std::move(job->request_);
     const int64_t total = static_cast<int64_t>(request.prompt.size());
     int64_t cached = 0;
-    if (saved_.capacity() > 0) {
-      if (std::optional<SequenceState> state = saved_.Longest(request.prompt)) {
+    if (options_.prompt_cache != nullptr) {
+      if (std::optional<SequenceState> state = options_.prompt_cache->Lookup(request.prompt)) {
         cached = state->position();
         request.prompt.erase(request.prompt.begin(), request.prompt.begin() + cached);
         request.resume = std::move(state);
       }
+      // A token short of the prompt's end: the same request again (a retry, a regenerated
+      // answer) resumes there and runs one token for its logits.
+      if (total - 1 > cached) request.snapshot_at.push_back(total - 1);
       request.keep_prompt_state = request.keep_final_state = true;
     }
     {
@@ -132,7 +135,7 @@ void GenerationService::End(Job& job, FinishReason finish, absl::Status status) 
 void GenerationService::OnDone(BatchResult& result) {
   auto it = jobs_.find(result.index);
   if (it == jobs_.end()) return;
-  if (result.state) saved_.Save(std::move(*result.state));
+  if (result.state && options_.prompt_cache != nullptr) options_.prompt_cache->Store(*result.state);
   End(*it->second, result.finish, absl::OkStatus());
   jobs_.erase(it);
 }
@@ -169,7 +172,9 @@ void GenerationService::Loop() {
     stats_.totals = scheduler_.totals();
     stats_.queued = static_cast<int64_t>(scheduler_.waiting());
     stats_.live = static_cast<int64_t>(scheduler_.live());
-    stats_.saved_states = static_cast<int64_t>(saved_.size());
+    if (options_.prompt_cache != nullptr) {
+      stats_.saved_states = static_cast<int64_t>(options_.prompt_cache->states_in_memory());
+    }
     if (ran.ok() && *ran) stats_.last_step_seconds = seconds;
   }
   const absl::Status shutdown = absl::UnavailableError("the server is shutting down");

@@ -4,9 +4,10 @@
 // batch frees; a full queue is refused at once (HTTP 429). A job cancelled by its client (a
 // stream that disconnected) leaves the batch before the next step and frees its state.
 //
-// With saved states, every request keeps its state after its prompt and at its end, and a new
-// request resumes the longest saved state its tokens extend (apps/server/saved_states.h): the
-// tokens and logits are the same as running the whole prompt, only fewer tokens run.
+// With a prompt cache (pipeline/prompt_cache.h: the saved states in memory, and a directory
+// that outlives a restart), every request keeps its state one token short of its prompt's end,
+// after its prompt and at its end, and a new request resumes the longest cached state its tokens
+// extend: the tokens and logits are the same as running the whole prompt, only fewer tokens run.
 #pragma once
 
 #include <atomic>
@@ -20,9 +21,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "apps/server/saved_states.h"
 #include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
+#include "pipeline/prompt_cache.h"
 
 namespace k3::server {
 
@@ -58,8 +59,8 @@ class Job {
 
 struct ServiceOptions {
   BatchOptions batch;
-  int max_queue = 64;    // requests waiting for a place; more are refused
-  int saved_states = 0;  // states kept for prefix reuse
+  int max_queue = 64;                   // requests waiting for a place; more are refused
+  PromptCache* prompt_cache = nullptr;  // prefix reuse (null: none); outlives the service
 };
 
 // Counters for /metrics, read as one consistent copy.
@@ -93,7 +94,6 @@ class GenerationService {
 
   ServiceOptions options_;
   BatchScheduler scheduler_;                     // engine thread only
-  SavedStates saved_;                            // engine thread only
   std::map<size_t, std::shared_ptr<Job>> jobs_;  // engine thread only: by scheduler index
 
   mutable std::mutex mu_;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -29,6 +30,10 @@ using json = nlohmann::json;
 class ServeProcess {
  public:
   explicit ServeProcess(std::vector<std::string> args) {
+    // The prompt cache in the test's own directory, not the user's, unless a test names one.
+    if (std::find(args.begin(), args.end(), "--prompt-cache") == args.end()) {
+      args.insert(args.end(), {"--prompt-cache", dir_ / "prompt-cache"});
+    }
     args.insert(args.begin(), {K3Bin(), "serve", "--port", "0"});
     log_ = dir_ / "serve.err";
     pid_ = fork();

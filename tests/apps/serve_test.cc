@@ -234,15 +234,21 @@ TEST_F(ServeTest, SigtermEndsTheLiveStreamsWithAnErrorEventAndExitsZero) {
   EXPECT_THAT(server.log(), HasSubstr("terminated, stopping"));
 }
 
+// The next turn of a chat resumes the state of the first one's end: from memory
+// (--saved-states), from the prompt cache's directory, and from that directory after a restart.
 TEST_F(ServeTest, AChatThatExtendsAnEarlierOneResumesItsStateWithTheSameTokens) {
   const json first = Chat("My name is Ada.", 6, false);
-  for (const char* saved : {"4", "0"}) {
-    ServeProcess server({"-m", model(), "--saved-states", saved});
+  testing::TempDir cache;
+  json second;
+  for (const auto& [saved, dir] :
+       {std::pair<std::string, std::string>{"4", "none"}, {"0", "none"}, {"0", cache.path()}}) {
+    const std::string where = "--saved-states " + saved + " --prompt-cache " + dir;
+    ServeProcess server({"-m", model(), "--saved-states", saved, "--prompt-cache", dir});
     const json r1 = testing::NodeClients(server, json::array({first}));
-    ASSERT_EQ(r1.size(), 1u);
+    ASSERT_EQ(r1.size(), 1u) << where;
     ExpectExact(first, r1[0]);
     // The next turn: the conversation so far, the reply as the client got it, a new message.
-    json second = first;
+    second = first;
     second["params"]["messages"] = {{{"role", "user"}, {"content", "My name is Ada."}},
                                     {{"role", "assistant"},
                                      {"content", r1[0]["content"]},
@@ -250,18 +256,27 @@ TEST_F(ServeTest, AChatThatExtendsAnEarlierOneResumesItsStateWithTheSameTokens) 
                                     {{"role", "user"}, {"content", "What is my name?"}}};
     second["params"]["max_tokens"] = 8;
     const json r2 = testing::NodeClients(server, json::array({second}));
-    ASSERT_EQ(r2.size(), 1u);
+    ASSERT_EQ(r2.size(), 1u) << where;
     ExpectExact(second, r2[0]);
     const int64_t cached = r2[0]["usage"]["prompt_tokens_details"]["cached_tokens"];
-    if (std::string(saved) == "0") {
-      EXPECT_EQ(cached, 0);
+    if (saved == "0" && dir == "none") {
+      EXPECT_EQ(cached, 0) << where;
     } else {
       // At least the whole first prompt was not run again.
-      EXPECT_GE(cached, r1[0]["usage"]["prompt_tokens"].get<int64_t>()) << r2[0].dump();
-      EXPECT_EQ(testing::Metric(server, "k3_tokens_total{kind=\"cached\"}"), cached);
+      EXPECT_GE(cached, r1[0]["usage"]["prompt_tokens"].get<int64_t>()) << where << r2[0].dump();
+      EXPECT_EQ(testing::Metric(server, "k3_tokens_total{kind=\"cached\"}"), cached) << where;
     }
     EXPECT_EQ(server.Stop(), 0);
   }
+  // A restart over the same directory: the second turn again resumes all but its last token.
+  ServeProcess server({"-m", model(), "--saved-states", "0", "--prompt-cache", cache.path()});
+  const json r3 = testing::NodeClients(server, json::array({second}));
+  ASSERT_EQ(r3.size(), 1u);
+  ExpectExact(second, r3[0]);
+  EXPECT_EQ(r3[0]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            r3[0]["usage"]["prompt_tokens"].get<int64_t>() - 1);
+  EXPECT_THAT(server.log(), HasSubstr("prompt cache " + cache.path()));
+  EXPECT_EQ(server.Stop(), 0);
 }
 
 TEST_F(ServeTest, ModelsHealthAndMetricsAnswer) {

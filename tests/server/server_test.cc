@@ -9,7 +9,6 @@
 #include "apps/server/generation_service.h"
 #include "apps/server/openai_request.h"
 #include "apps/server/reply_text.h"
-#include "apps/server/saved_states.h"
 #include "core/chat_reply.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/util/tiny_model.h"
@@ -181,29 +180,6 @@ TEST_F(ReplyTextTest, AChatReplySplitsIntoReasoningAndContent) {
   EXPECT_EQ(content, "Hi!");
 }
 
-SequenceState StateOf(const ModelConfig& config, std::vector<int32_t> tokens) {
-  SequenceState s(config);
-  s.AppendTokens(tokens);
-  return s;
-}
-
-TEST(SavedStatesTest, TheLongestProperPrefixWinsAndTheLeastRecentlyUsedGoes) {
-  ModelConfig config;
-  SavedStates saved(2);
-  saved.Save(StateOf(config, {1, 2}));
-  saved.Save(StateOf(config, {1, 2, 3, 4}));
-  EXPECT_EQ(saved.Longest(std::vector<int32_t>{1, 2, 3, 4, 5})->tokens().size(), 4u);
-  EXPECT_EQ(saved.Longest(std::vector<int32_t>{1, 2, 3})->tokens().size(), 2u);
-  EXPECT_FALSE(saved.Longest(std::vector<int32_t>{1, 2}));  // nothing would be left to run
-  EXPECT_FALSE(saved.Longest(std::vector<int32_t>{2, 1, 3}));
-  saved.Save(StateOf(config, {7, 8}));  // {1, 2, 3, 4} was used least recently
-  EXPECT_EQ(saved.size(), 2u);
-  EXPECT_EQ(saved.Longest(std::vector<int32_t>{1, 2, 3, 4, 5})->tokens().size(), 2u);
-  SavedStates off(0);
-  off.Save(StateOf(config, {1}));
-  EXPECT_EQ(off.size(), 0u);
-}
-
 class GenerationServiceTest : public testing::TinyModelSuite {
  protected:
   static EngineOptions Options(int sequences) {
@@ -215,10 +191,17 @@ class GenerationServiceTest : public testing::TinyModelSuite {
     return o;
   }
   // The service over the suite's engine settings (chunks of 4, a context of 48).
-  static ServiceOptions Shape(int batch, int max_queue, int saved_states) {
+  static ServiceOptions Shape(int batch, int max_queue, PromptCache* cache = nullptr) {
     return {.batch = {.batch = batch, .prefill_tokens_per_step = 4, .max_context = 48},
             .max_queue = max_queue,
-            .saved_states = saved_states};
+            .prompt_cache = cache};
+  }
+  // A prompt cache of `states` in memory, and in `dir` unless it is empty.
+  static std::unique_ptr<PromptCache> Cache(const Engine& engine, size_t states,
+                                            const std::string& dir = "") {
+    auto cache = PromptCache::Open(engine.config(), "tiny", {.dir = dir, .memory_states = states});
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? *std::move(cache) : nullptr;
   }
   static BatchRequest Request(std::vector<int32_t> prompt, int n, uint64_t seed) {
     BatchRequest r;
@@ -251,7 +234,8 @@ class GenerationServiceTest : public testing::TinyModelSuite {
 TEST_F(GenerationServiceTest, ManyThreadsSubmittingAtOnceEachGetTheirTokensAlone) {
   auto engine = Engine::Open(Options(6));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine, Shape(3, 8, 3));
+  auto cache = Cache(**engine, 3);
+  GenerationService service(**engine, Shape(3, 8, cache.get()));
   std::vector<BatchRequest> requests;
   for (int i = 0; i < 8; ++i) requests.push_back(Request({3, 5, int32_t(7 + i), 2}, 5 + i, 40 + i));
   std::vector<std::vector<int32_t>> got(requests.size());
@@ -275,7 +259,8 @@ TEST_F(GenerationServiceTest, ManyThreadsSubmittingAtOnceEachGetTheirTokensAlone
 TEST_F(GenerationServiceTest, AnExtendingRequestResumesAndGetsTheSameTokens) {
   auto engine = Engine::Open(Options(3));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine, Shape(1, 4, 2));
+  auto cache = Cache(**engine, 2);
+  GenerationService service(**engine, Shape(1, 4, cache.get()));
   const BatchRequest first = Request({9, 8, 7, 6, 5}, 4, 1);
   auto a = service.Submit(first);
   ASSERT_TRUE(a.ok());
@@ -292,10 +277,43 @@ TEST_F(GenerationServiceTest, AnExtendingRequestResumesAndGetsTheSameTokens) {
   EXPECT_EQ(pb.ids, Alone(**engine, next));
 }
 
+// A restart: a new service over the same cache directory resumes the request it ran before a
+// token short of its prompt's end, and the one after its answer, with the same tokens.
+TEST_F(GenerationServiceTest, AfterARestartTheCacheDirectoryResumesEarlierPrompts) {
+  auto engine = Engine::Open(Options(3));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  testing::TempDir dir;
+  const BatchRequest first = Request({9, 8, 7, 6, 5, 4, 3}, 4, 1);
+  std::vector<int32_t> first_ids;
+  {
+    auto cache = Cache(**engine, 2, dir.path());
+    GenerationService service(**engine, Shape(1, 4, cache.get()));
+    auto a = service.Submit(first);
+    ASSERT_TRUE(a.ok());
+    first_ids = Finish(**a).ids;
+  }
+  auto cache = Cache(**engine, 2, dir.path());
+  GenerationService service(**engine, Shape(1, 4, cache.get()));
+  auto again = service.Submit(first);
+  ASSERT_TRUE(again.ok());
+  const Job::Progress pa = Finish(**again);
+  EXPECT_EQ(pa.cached_tokens, static_cast<int64_t>(first.prompt.size() - 1));
+  EXPECT_EQ(pa.ids, first_ids);
+  BatchRequest next = Request(first.prompt, 5, 2);
+  next.prompt.insert(next.prompt.end(), first_ids.begin(), first_ids.end());
+  next.prompt.push_back(11);
+  auto b = service.Submit(next);
+  ASSERT_TRUE(b.ok());
+  const Job::Progress pb = Finish(**b);
+  EXPECT_EQ(pb.cached_tokens, static_cast<int64_t>(first.prompt.size() + first_ids.size() - 1));
+  EXPECT_EQ(pb.ids, Alone(**engine, next));
+  EXPECT_GE(cache->stats().disk_hits, 1);
+}
+
 TEST_F(GenerationServiceTest, AFullQueueIsRefusedACancelEndsAJobAndStopEndsTheRest) {
   auto engine = Engine::Open(Options(1));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerationService service(**engine, Shape(1, 1, 0));
+  GenerationService service(**engine, Shape(1, 1));
   auto live = service.Submit(Request({1, 2}, 40, 1));
   ASSERT_TRUE(live.ok());
   (*live)->Wait(0, milliseconds(60000));  // it has its first token: it holds the one place
