@@ -19,6 +19,7 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/generate_options.h"
+#include "apps/prompt_cache_flags.h"
 #include "apps/run_report.h"
 #include "core/chat_reply.h"
 #include "core/chat_template.h"
@@ -133,6 +134,7 @@ struct TurnResult {
   std::vector<int32_t> fed;    // tokens run through Prefill this turn
   std::vector<int32_t> reply;  // sampled tokens, the stop token included
   int64_t position_before = 0;
+  int64_t cached_tokens = 0;  // of `fed`, resumed from the prompt cache rather than run
   double prefill_seconds = 0;
   bool interrupted = false;
 };
@@ -140,13 +142,14 @@ struct TurnResult {
 class ChatSession {
  public:
   ChatSession(Engine& engine, const Tokenizer& tok, const ChatSettings& settings,
-              std::vector<int32_t> stops)
+              std::vector<int32_t> stops, PromptCache* cache)
       : engine_(engine),
         tok_(tok),
         settings_(settings),
         state_(engine.NewState()),
         stops_(std::move(stops)),
-        end_of_msg_(tok.SpecialTokenId("<|end_of_msg|>").value_or(-1)) {}
+        end_of_msg_(tok.SpecialTokenId("<|end_of_msg|>").value_or(-1)),
+        cache_(cache) {}
 
   absl::Status CheckTemplate() const;
   absl::Status Resume(const std::string& path);
@@ -160,7 +163,13 @@ class ChatSession {
 
  private:
   absl::StatusOr<std::vector<int32_t>> NewTokens(const std::string& user_text, bool with_system);
-  absl::Status Generate(const std::vector<int32_t>& fed, RunReport& report, TurnResult& result);
+  absl::Status Generate(const std::vector<int32_t>& fed, int64_t head_end, RunReport& report,
+                        TurnResult& result);
+  // The request that runs `fed` after the conversation so far: from the longest cached state
+  // beyond it, keeping the states at `head_end` (the end of the system prompt, if > 0) and a
+  // token short of the prompt's end in the cache.
+  BatchRequest Continue(const std::vector<int32_t>& fed, int64_t head_end, SequenceHooks& hooks,
+                        TurnResult& result);
   void Close(const TurnResult& result);
   absl::Status LoadHistory(const std::string& path, std::vector<int32_t>& tokens);
 
@@ -174,7 +183,8 @@ class ChatSession {
   // <|end_of_msg|>); they run with the next turn's prefill instead of costing a step now.
   std::vector<int32_t> pending_;
   json messages_ = json::array();
-  int64_t turns_ = 0;  // user messages so far: seeds each turn's sampler
+  int64_t turns_ = 0;             // user messages so far: seeds each turn's sampler
+  PromptCache* cache_ = nullptr;  // --prompt-cache, if any
 };
 
 absl::Status ChatSession::CheckTemplate() const {
@@ -204,21 +214,42 @@ absl::StatusOr<std::vector<int32_t>> ChatSession::NewTokens(const std::string& u
   return ids;
 }
 
-// Runs the turn's new tokens and samples the reply through the batch scheduler (a batch of one,
-// resuming the conversation's state), streaming it; the state comes back without the last
-// sampled token, which the next turn runs first.
-absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, RunReport& report,
-                                   TurnResult& result) {
+BatchRequest ChatSession::Continue(const std::vector<int32_t>& fed, int64_t head_end,
+                                   SequenceHooks& hooks, TurnResult& result) {
   BatchRequest request;
   request.prompt = fed;
+  request.keep_final_state = true;
+  if (cache_ != nullptr) {
+    std::vector<int32_t> whole = state_.tokens();
+    whole.insert(whole.end(), fed.begin(), fed.end());
+    const int64_t before = state_.position();
+    if (std::optional<SequenceState> hit = cache_->Lookup(whole); hit && hit->position() > before) {
+      result.cached_tokens = hit->position() - before;
+      state_ = *std::move(hit);
+      request.prompt.erase(request.prompt.begin(), request.prompt.begin() + result.cached_tokens);
+    }
+    if (head_end > state_.position()) request.snapshot_at.push_back(head_end);
+    const auto last = static_cast<int64_t>(whole.size()) - 1;
+    if (last > state_.position()) request.snapshot_at.push_back(last);
+    hooks.on_prompt_state = [this](size_t, const SequenceState& s) { cache_->Store(s); };
+  }
+  request.resume = std::move(state_);
+  return request;
+}
+
+// Runs the turn's new tokens and samples the reply through the batch scheduler (a batch of one,
+// resuming the conversation's state), streaming it; the state comes back without the last
+// sampled token, which the next turn runs first (and goes to the prompt cache: the next turn
+// extends it).
+absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head_end,
+                                   RunReport& report, TurnResult& result) {
+  SequenceHooks hooks;
+  BatchRequest request = Continue(fed, head_end, hooks, result);
   request.max_tokens = settings_.n_predict;
   request.sampler = settings_.sampler;
   request.stop_ids = stops_;
   request.sampler.seed += static_cast<uint64_t>(turns_);  // a resumed chat samples as unbroken
-  request.resume = std::move(state_);
-  request.keep_final_state = true;
   ReplyPrinter printer(tok_);
-  SequenceHooks hooks;
   bool prompt_done = false;
   hooks.on_prompt_end = [&](std::span<const float>, const StepMetrics& steps) {
     report.SetPrefill(fed, steps);
@@ -235,6 +266,7 @@ absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, RunReport& r
   auto done = RunSequence(engine_, std::move(request), hooks);
   if (!done.ok()) return done.status();
   state_ = *std::move(done->state);
+  if (cache_ != nullptr) cache_->Store(state_);
   return absl::OkStatus();
 }
 
@@ -253,7 +285,18 @@ absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
   }
   result.position_before = state_.position();
   result.fed = *fed;
-  absl::Status s = Generate(*fed, report, result);
+  // The system prompt is the head every conversation with it shares: its state is kept apart.
+  int64_t head_end = 0;
+  if (with_system && cache_ != nullptr) {
+    const std::vector<ChatMessage> system = {{"system", settings_.system, ""}};
+    auto head =
+        RenderChat(tok_, system, {.add_generation_prompt = false, .thinking_effort = std::nullopt});
+    if (head.ok() && head->size() < fed->size() &&
+        std::equal(head->begin(), head->end(), fed->begin())) {
+      head_end = static_cast<int64_t>(head->size());
+    }
+  }
+  absl::Status s = Generate(*fed, head_end, report, result);
   if (!s.ok()) return s;
   pending_.clear();
   if (with_system) messages_.push_back({{"role", "system"}, {"content", settings_.system}});
@@ -320,21 +363,24 @@ absl::Status ChatSession::Resume(const std::string& path) {
   turns_ = std::count_if(messages_.begin(), messages_.end(),
                          [](const json& m) { return m["role"] == "user"; });
   if (tokens.empty()) return absl::OkStatus();
-  BatchRequest request;
-  request.prompt = std::move(tokens);
+  SequenceHooks hooks;
+  TurnResult unused;
+  BatchRequest request = Continue(tokens, 0, hooks, unused);
   request.max_tokens = 0;
-  request.resume = std::move(state_);
-  request.keep_final_state = true;
-  auto done = RunSequence(engine_, std::move(request), {});
+  auto done = RunSequence(engine_, std::move(request), hooks);
   if (!done.ok()) return done.status();
   state_ = *std::move(done->state);
+  if (cache_ != nullptr) cache_->Store(state_);
   return absl::OkStatus();
 }
 
 void PrintTurnStats(const TurnResult& t, const RunReport& report, int64_t turn) {
-  std::fprintf(stderr, "[turn %lld: %zu tokens in (%.3f s), %zu tokens out, %.4f s/token%s]\n",
-               static_cast<long long>(turn), t.fed.size(), t.prefill_seconds, t.reply.size(),
-               report.median_decode_seconds(), t.interrupted ? ", interrupted" : "");
+  const std::string cached =
+      t.cached_tokens > 0 ? absl::StrCat(", ", t.cached_tokens, " from the prompt cache") : "";
+  std::fprintf(stderr, "[turn %lld: %zu tokens in (%.3f s%s), %zu tokens out, %.4f s/token%s]\n",
+               static_cast<long long>(turn), t.fed.size(), t.prefill_seconds, cached.c_str(),
+               t.reply.size(), report.median_decode_seconds(),
+               t.interrupted ? ", interrupted" : "");
 }
 
 // Runs one user message: streams the reply, then the stats line, the history and the report.
@@ -360,6 +406,7 @@ int RunTurn(ChatSession& chat, const Engine& engine, const ChatSettings& s, cons
     json turn = report.ToJson(engine);
     turn["turn"] = chat.turns();
     turn["position_before"] = t.position_before;
+    turn["cached_tokens"] = t.cached_tokens;
     turn["interrupted"] = t.interrupted;
     reports.push_back(std::move(turn));
     if (absl::Status r = io::WriteFileAtomically(s.report_path, reports.dump(1) + "\n"); !r.ok())
@@ -429,7 +476,9 @@ int RunChat(const std::vector<std::string>& positional) {
   if (!engine.ok()) return ReportError(kChatName, engine.status());
   auto stops = StopIds((*engine)->config(), *tok);
   if (!stops.ok()) return ReportError(kChatName, stops.status());
-  ChatSession chat(**engine, **tok, *settings, *std::move(stops));
+  auto cache = PromptCacheFromFlags(**engine, kChatName, 0);
+  if (!cache.ok()) return ReportError(kChatName, cache.status());
+  ChatSession chat(**engine, **tok, *settings, *std::move(stops), cache->get());
   if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kChatName, s);
   if (!settings->quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kChatName, s);
@@ -445,7 +494,7 @@ const Subcommand& ChatCommand() {
       "talk with the model in the terminal (Kimi chat template)",
       "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
       "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"
-      "            [engine flags as for k3 generate]",
+      "            [--prompt-cache DIR] [engine flags as for k3 generate]",
       "A conversation with the Kimi K3 chat template. Each line read from stdin (a terminal or\n"
       "a pipe) is a user message; the reply streams to stdout and ends at <|end_of_msg|>,\n"
       "[EOS] or --n-predict tokens. The sequence state is kept between turns, so a turn runs\n"
@@ -462,6 +511,9 @@ const Subcommand& ChatCommand() {
       "history that is damaged or was saved with another model is refused (exit 2) and left\n"
       "as it is. --report-json FILE rewrites FILE after every turn with a JSON array of\n"
       "per-turn reports (the fields of k3 generate's, plus turn and position_before).\n"
+      "--prompt-cache DIR keeps states on disk: the end of the --system prompt (every\n"
+      "conversation with it starts from there) and the end of each turn (a resumed --history\n"
+      "starts from its last turn instead of running it all again); the replies are the same.\n"
       "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
       "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
       kChat,

@@ -151,6 +151,43 @@ TEST_F(ChatTest, HistoryResumesWithTheReplyOfAnUnbrokenConversation) {
   EXPECT_EQ(a["messages"][3]["role"], "assistant");
 }
 
+// --prompt-cache: a new conversation with the same system prompt resumes its state (the head
+// every such conversation shares), and a resumed --history its last turn's state; the replies
+// are those of runs without the cache.
+TEST_F(ChatTest, APromptCacheKeepsTheSystemPromptAndAResumedHistory) {
+  const std::string cache = dir_ / "cache";
+  const std::vector<std::string> system = {"--quiet", "--system", "Be brief."};
+  auto with = [&](std::vector<std::string> flags, const std::string& report) {
+    flags.insert(flags.end(), {"--prompt-cache", cache, "--report-json", dir_ / report});
+    return flags;
+  };
+  auto plain = [&](std::vector<std::string> flags, const std::string& report) {
+    flags.insert(flags.end(), {"--report-json", dir_ / report});
+    return flags;
+  };
+  ASSERT_EQ(Chat(with(system, "a.r"), absl::StrCat(kFirst, "\n")).exit_code, 0);
+  auto b = Chat(with(system, "b.r"), absl::StrCat(kSecond, "\n"));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  ASSERT_EQ(Chat(plain(system, "c.r"), absl::StrCat(kSecond, "\n")).exit_code, 0);
+  EXPECT_EQ(Json("a.r")[0]["cached_tokens"], 0);
+  auto tok = Tokenizer::Load(Model());
+  ASSERT_TRUE(tok.ok());
+  const std::vector<ChatMessage> head = {{"system", "Be brief.", ""}};
+  EXPECT_EQ(
+      Json("b.r")[0]["cached_tokens"],
+      RenderChat(*tok, head, {.add_generation_prompt = false, .thinking_effort = std::nullopt})
+          ->size());
+  EXPECT_EQ(Json("b.r")[0]["generated_ids"], Json("c.r")[0]["generated_ids"]);
+
+  const std::vector<std::string> history = {"--quiet", "--history", dir_ / "h.json"};
+  ASSERT_EQ(Chat(with(history, "h1.r"), absl::StrCat(kFirst, "\n")).exit_code, 0);
+  auto resumed = Chat(with(history, "h2.r"), absl::StrCat(kSecond, "\n"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  ASSERT_EQ(Chat(plain({"--quiet"}, "u.r"), absl::StrCat(kFirst, "\n", kSecond, "\n")).exit_code,
+            0);
+  EXPECT_EQ(Json("h2.r")[0]["generated_ids"], Json("u.r")[1]["generated_ids"]);
+}
+
 TEST_F(ChatTest, CorruptHistoryIsRefusedNamingTheFileAndLeftUntouched) {
   const std::pair<std::string, std::string> cases[] = {
       {R"({"format": "k3-chat-history", "tokens": [1, 2)", "invalid JSON"},
