@@ -6,15 +6,20 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
 #include "core/model/model.h"
 #include "core/trunk_codec.h"
 #include "core/trunk_pack.h"
 #include "pipeline/engine.h"
+#include "pipeline/memory_plan.h"
+#include "pipeline/prompt_cache.h"
 
 namespace k3::testing {
 
@@ -74,13 +79,26 @@ inline StreamRun Baseline(const std::string& dir, uint64_t* experts_per_prefill 
   return run;
 }
 
-inline absl::StatusOr<StreamRun> Stream(const EngineOptions& options) {
+// With a prompt cache: the longest cached prefix of the prompt resumed, and the state a token
+// short of the prompt's end stored when it was not (as `k3 generate --prompt-cache` runs).
+inline absl::StatusOr<StreamRun> Stream(const EngineOptions& options,
+                                        PromptCache* cache = nullptr) {
   auto engine = Engine::Open(options);
   if (!engine.ok()) return engine.status();
   SequenceState state = (*engine)->NewState();
+  if (cache != nullptr) {
+    if (std::optional<SequenceState> hit = cache->Lookup(kPrompt)) state = *std::move(hit);
+  }
   StreamRun run;
   std::vector<float> logits;
-  if (auto s = (*engine)->Prefill(kPrompt, state, logits, &run.prefill); !s.ok()) return s;
+  std::span<const int32_t> rest = std::span(kPrompt).subspan(state.position());
+  if (cache != nullptr && rest.size() > 1) {
+    auto s = (*engine)->Prefill(rest.first(rest.size() - 1), state, logits, &run.prefill);
+    if (!s.ok()) return s;
+    cache->Store(state);
+    rest = rest.last(1);
+  }
+  if (auto s = (*engine)->Prefill(rest, state, logits, &run.prefill); !s.ok()) return s;
   run.logits.push_back(logits);
   for (int i = 0; i < kDecodeSteps; ++i) {
     const int32_t id = Argmax(logits);
@@ -98,6 +116,36 @@ inline EngineOptions OptionsFor(const std::string& dir) {
   o.prefill_chunk = kPrefillChunk;
   o.max_context = 64;
   return o;
+}
+
+// The memory settings of the grid: the minimum (every matrix streamed through the ring, the
+// embedding read row by row), the minimum again with pieces of a few rows in a ring of two slots
+// (every product split across pieces), one budget between (some layers pinned, a small cache)
+// and everything resident; then the two streaming ones from a compressed trunk pack (blocks of
+// 16 KiB, so that pieces hold one block or several).
+struct MemorySetting {
+  std::string name;
+  MemoryRequest memory;
+  uint64_t piece_bytes = 0;
+  int ring_slots = 0;
+  bool compressed = false;
+};
+
+inline std::vector<MemorySetting> GridMemory(const std::string& dir) {
+  auto ckpt = Checkpoint::Open(dir);
+  auto plan_min = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "ultra"}, 0);
+  auto plan_max = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "max"}, 0);
+  const double lo = plan_min->budget_bytes / 1e9, hi = plan_max->budget_bytes / 1e9;
+  return {{"ultra", {.preset = "ultra"}},
+          {"ultra, 4 KiB pieces, 2 slots", {.preset = "ultra"}, 4096, 2},
+          {absl::StrCat((lo + hi) / 2, " GB"), {.ram_gb = (lo + hi) / 2}},
+          {"max", {.preset = "max"}},
+          {"bf16-e3 pack, ultra, 64 KiB pieces, 2 slots", {.preset = "ultra"}, 64 << 10, 2, true},
+          {absl::StrCat("bf16-e3 pack, ", (lo + hi) / 2, " GB"),
+           {.ram_gb = (lo + hi) / 2},
+           0,
+           0,
+           true}};
 }
 
 // A compressed trunk pack of `dir` in `out`, in blocks of 16 KiB.

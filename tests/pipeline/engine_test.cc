@@ -37,9 +37,11 @@ using ::testing::HasSubstr;
 using ::k3::testing::Argmax;
 using ::k3::testing::Baseline;
 using ::k3::testing::CountingProvider;
+using ::k3::testing::GridMemory;
 using ::k3::testing::kDecodeSteps;
 using ::k3::testing::kPrefillChunk;
 using ::k3::testing::kPrompt;
+using ::k3::testing::MemorySetting;
 using ::k3::testing::OptionsFor;
 using ::k3::testing::PackCompressed;
 using ::k3::testing::Stream;
@@ -67,36 +69,6 @@ class EngineTest : public ::k3::testing::TinyModelSuite {
     ASSERT_TRUE((*engine)->Prefill(kPrompt, state, logits, m).ok());
   }
 };
-
-// The memory settings of the grid: the minimum (every matrix streamed through the ring, the
-// embedding read row by row), the minimum again with pieces of a few rows in a ring of two slots
-// (every product split across pieces), one budget between (some layers pinned, a small cache)
-// and everything resident; then the two streaming ones from a compressed trunk pack (blocks of
-// 16 KiB, so that pieces hold one block or several).
-struct MemorySetting {
-  std::string name;
-  MemoryRequest memory;
-  uint64_t piece_bytes = 0;
-  int ring_slots = 0;
-  bool compressed = false;
-};
-
-std::vector<MemorySetting> GridMemory(const std::string& dir) {
-  auto ckpt = Checkpoint::Open(dir);
-  auto plan_min = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "ultra"}, 0);
-  auto plan_max = PlanMemory(MeasureFootprint(**ckpt, 64, kPrefillChunk), {.preset = "max"}, 0);
-  const double lo = plan_min->budget_bytes / 1e9, hi = plan_max->budget_bytes / 1e9;
-  return {{"ultra", {.preset = "ultra"}},
-          {"ultra, 4 KiB pieces, 2 slots", {.preset = "ultra"}, 4096, 2},
-          {absl::StrCat((lo + hi) / 2, " GB"), {.ram_gb = (lo + hi) / 2}},
-          {"max", {.preset = "max"}},
-          {"bf16-e3 pack, ultra, 64 KiB pieces, 2 slots", {.preset = "ultra"}, 64 << 10, 2, true},
-          {absl::StrCat("bf16-e3 pack, ", (lo + hi) / 2, " GB"),
-           {.ram_gb = (lo + hi) / 2},
-           0,
-           0,
-           true}};
-}
 
 // The grid of DESIGN.md invariant 1: memory settings (above) x queue depth {1, 8, 32} x
 // distance {0, 1, 3} (for decode and prefill, with the prompt chunk {1, 4, auto}) x threads
