@@ -278,10 +278,20 @@ absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
 
 // `--prefill-chunk auto`: the plan made for small chunks, re-made for the largest chunk whose
 // activations take at most kAutoPrefillShare of the budget (and at most --max-context tokens),
-// halved while that plan does not fit. A whole prompt in one chunk reads the streamed trunk and
-// each expert it touches once per layer, where chunks of 64 read them once per chunk.
+// halved while that plan does not fit in the same budget. A whole prompt in one chunk reads the
+// streamed trunk and each expert it touches once per layer, where chunks of 64 read them once per
+// chunk.
 void Engine::Parts::GrowPrefillChunk(const ModelFootprint& small, const RingOptions& ring,
                                      uint64_t ram) {
+  // A budget that grows with what runs (preset ultra, the minimum; an explicit --trunk-gb and
+  // --cache-gb, to which the fixed parts are added) keeps the small chunks: auto takes memory
+  // from the budget, never adds to it.
+  const MemoryRequest& r = options.memory;
+  if (r.preset == "ultra" || r.trunk_gb > 0 || r.cache_gb > 0) {
+    plan.prefill_chunk_source =
+        absl::StrCat("auto: ", small.prefill_chunk, " with a budget that grows with what runs");
+    return;
+  }
   const uint64_t per_token = std::max<uint64_t>(1, small.prefill_bytes_per_token);
   const auto share =
       static_cast<uint64_t>(kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
