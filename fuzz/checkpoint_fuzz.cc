@@ -11,19 +11,9 @@
 
 #include "core/checkpoint.h"
 #include "fuzz/fuzz_util.h"
+#include "fuzz/small_model.h"
 
 namespace {
-
-// Two layers (a dense KDA layer, then an MLA layer with two experts): every kind of tensor,
-// in a few kilobytes (the seeds are `k3 synth --preset tiny` with the same shape).
-constexpr char kConfig[] = R"({
-  "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 16,
-  "kda_num_heads": 1, "kda_head_dim": 8, "num_attention_heads": 1, "q_lora_rank": 8,
-  "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
-  "full_attn_layers": [2], "first_k_dense_replace": 1, "intermediate_size": 8,
-  "num_experts": 2, "num_experts_per_token": 1, "num_shared_experts": 1,
-  "moe_intermediate_size": 32, "routed_expert_hidden_size": 32, "attn_res_block_size": 1
-})";
 
 constexpr const char* kShards[] = {"model-00001-of-00003.safetensors",
                                    "model-00002-of-00003.safetensors",
@@ -36,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dir.Clear();
   auto parts =
       k3::fuzzing::SplitParts(std::string_view(reinterpret_cast<const char*>(data), size), 4);
-  dir.Write("config.json", kConfig);
+  // The seeds are `k3 synth --preset tiny` with the same shape.
+  dir.Write("config.json", k3::fuzzing::kSmallModelConfig);
   if (parts[0].empty()) {
     dir.Write("model.safetensors", parts[1]);
   } else {

@@ -77,6 +77,22 @@ int PublishWithoutReplacing(const std::string& temp, const std::string& path) {
   return ::rename(temp.c_str(), path.c_str()) == 0 ? 0 : errno;
 }
 
+// Creates the temporary file `temp` and locks it, which tells a cleaner (Scan) that it has a
+// live writer. A cleaner that locked it first, between the creation and the lock, has removed
+// it: then it is made again.
+int CreateLocked(const std::string& temp) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    ::flock(fd, LOCK_EX);  // where locks are not supported, cleaners cannot lock either
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_nlink > 0) return fd;
+    ::close(fd);
+  }
+  errno = ENOENT;
+  return -1;
+}
+
 void SyncDirectory(const std::string& dir) {
   if (int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
     ::fsync(fd);  // best effort: some file systems refuse fsync on directories
@@ -321,12 +337,11 @@ bool PromptCache::Write(const std::string& name, const SequenceState& state) {
                              uint64_t{vfs.f_bavail} * vfs.f_frsize, " free)"));
     return false;
   }
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = CreateLocked(temp);
   if (fd < 0) {
     WriteFailed(absl::StrCat("creating ", temp, ": ", std::strerror(errno)));
     return false;
   }
-  ::flock(fd, LOCK_EX);  // tells a cleaner that the file has a live writer
   absl::Status s = WritePromptCacheFile(fd, temp, fingerprint_, state, options_.write_fault);
   int published = -1;
   if (s.ok()) {

@@ -40,7 +40,7 @@ namespace k3 {
 // What identifies the states a checkpoint produces, as 32 hex digits (XXH3-128): the config's
 // Fingerprint(), each shard's file name, size and safetensors header, 4 KiB of tensor bytes at
 // each end of its data section (two checkpoints of one config with other weights differ there),
-// the tokenizer files, the state's dtype and kPromptCacheVersion. Reads a few KiB a shard.
+// the tokenizer files, the state's dtype and kPromptCacheVersion. Reads only those bytes.
 absl::StatusOr<std::string> PromptCacheFingerprint(const Checkpoint& ckpt);
 
 // The name (without the suffix) of the file that holds the state after `tokens`: 32 hex digits
