@@ -31,9 +31,9 @@ using ::testing::HasSubstr;
 // A prompt in one chunk whose experts outnumber the cache: `tiny` with 32 experts per layer, 24
 // tokens (a union of up to 32 experts per MoE layer), a cache of 5 slots. The window slides over
 // each layer's union, and still every (layer, expert) of it is read once, none twice, by demand
-// (no lookahead) or by demand and used prefetch (lookahead 1); the logits are bit-identical to
-// the synchronous model's, to every expert cached, to the serial baseline, and to the same
-// prompt fed a token at a time.
+// (no lookahead) or by demand and used prefetch (lookahead 1, also on one compute thread); the
+// logits are bit-identical to the synchronous model's, to every expert cached, to the serial
+// baseline, and to the same prompt fed a token at a time.
 class WidePrefillTest : public ::k3::testing::TinyModelSuite {
  protected:
   static constexpr int kSlots = 5;
@@ -103,6 +103,10 @@ TEST_F(WidePrefillTest, AUnionLargerThanTheCacheIsReadOnceWithTheSameBits) {
   settings.back().options.overlap = false;
   settings.push_back({"small cache, prompt lookahead 1", SmallCache()});
   settings.back().options.prefill_prefetch_distance = 1;
+  // One thread runs the graph: a demand that waits for a slot there must not need a multiply.
+  settings.push_back({"small cache, prompt lookahead 1, one thread", SmallCache()});
+  settings.back().options.prefill_prefetch_distance = 1;
+  settings.back().options.threads = 1;
   settings.push_back({"every expert cached", SmallCache()});
   settings.back().options.memory = {.preset = "max"};
   settings.push_back({"a token at a time", SmallCache()});
