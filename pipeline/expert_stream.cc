@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/weights.h"
-#include "kernels/model_ops.h"
 
 namespace k3 {
 namespace {
@@ -61,7 +60,7 @@ std::span<const uint8_t> StreamingExpertProvider::InSlot(const ExpertKey& key,
   return slot.subspan(head, loc.total_bytes);
 }
 
-size_t StreamingExpertProvider::MaxBatch() const {
+size_t StreamingExpertProvider::Window() const {
   return static_cast<size_t>(std::max<int64_t>(1, cache_.slots()));
 }
 
@@ -265,25 +264,60 @@ void StreamingExpertProvider::Demand(size_t i) {
   OnRead(key, std::move(r));
 }
 
-void StreamingExpertProvider::StartBatch(int64_t layer, std::span<const int32_t> experts) {
+// The order of a layer's demands: first the experts already resident or landing (hits, and
+// guesses whose prefetch is in flight), then the misses, each group in expert order (the order
+// they lie in the file). Demanding the resident ones first pins them before any miss asks for a
+// slot; a miss's fill could otherwise evict one of them (the policy chooses among the unpinned
+// slots) and the layer would read it again. That costs no read and no slot they do not hold
+// already, so they all fit in the first window. The misses take the rest of the window at once,
+// before anything is multiplied: their reads are in flight while the resident experts, ready at
+// once, keep the compute busy, and each multiply that gives a slot back starts the next miss.
+// (Misses first would put no more reads in flight, since the window is the same, and would
+// expose the hits to eviction.)
+void StreamingExpertProvider::StartLayer(int64_t layer, std::span<const int32_t> experts) {
+  size_t window = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    layer_ = layer;
     wants_.clear();
-    for (int32_t e : experts) {
+    order_.clear();
+    std::vector<size_t> misses;
+    for (size_t i = 0; i < experts.size(); ++i) {
       Want w;
-      w.key = {static_cast<int32_t>(layer), e};
+      w.key = {static_cast<int32_t>(layer), experts[i]};
       wants_.push_back(w);
+      (cache_.Contains(w.key) || pending_.contains(w.key) ? order_ : misses).push_back(i);
     }
+    order_.insert(order_.end(), misses.begin(), misses.end());
     error_ = absl::OkStatus();
-    batch_end_ = std::min(experts.size(), MaxBatch());
+    demanded_ = 0;
+    window = std::min(experts.size(), Window());
   }
-  for (size_t i = 0; i < batch_end_; ++i) Demand(i);
+  DemandThrough(window);
+}
+
+void StreamingExpertProvider::DemandThrough(size_t end) {
+  for (;;) {
+    size_t i = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (demanded_ >= end) return;
+      i = order_[demanded_++];
+    }
+    Demand(i);
+  }
+}
+
+size_t StreamingExpertProvider::TakeNextDemand() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error_.ok() || demanded_ >= order_.size()) return kNone;
+  return order_[demanded_++];
 }
 
 void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t> experts) {
   const auto t0 = Clock::now();
   ScorePredictions(layer, experts);
-  if (options_.overlap) StartBatch(layer, experts);
+  if (options_.overlap) StartLayer(layer, experts);
   std::lock_guard<std::mutex> lock(mu_);
   ReleaseGuardsLocked(layer);  // the demands hold their own pins now
   metrics_.fetch_seconds += Since(t0);
@@ -291,29 +325,23 @@ void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t>
 
 // ---- compute --------------------------------------------------------------------------------
 
-absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t first,
-                                               const std::function<void()>& alongside) {
+// At most Window() wants are pinned at once: StartLayer demanded that many, and a multiply
+// demands the next want only after unpinning its own. So a demand that finds every slot taken
+// only waits for the guesses it drops and the prefetches it cancels (Demand), never for a
+// multiply: however few threads run the graph, it cannot deadlock.
+absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
+                                                const std::function<void()>& alongside) {
   using Arrivals = tbb::flow::async_node<size_t, size_t>;
   const ModelConfig& config = ckpt_.config();
   BusyClock compute;
   const auto t0 = Clock::now();
   tbb::flow::graph g;
+  std::vector<size_t> first_window;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    waiting_.assign(batch_end_, false);
+    waiting_.assign(wants_.size(), false);
+    first_window.assign(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(demanded_));
   }
-  // Stage B: multiply each expert as soon as its bytes are in.
-  tbb::flow::function_node<size_t> multiply(g, tbb::flow::unlimited, [&](size_t i) {
-    compute.Start();
-    Want w;
-    {
-      // The completion wrote it under the lock on an engine thread; read it the same way.
-      std::lock_guard<std::mutex> lock(mu_);
-      w = wants_[i];
-    }
-    use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
-    compute.Stop();
-  });
   // Stage A's completions: hits pass at once, the others when their read lands (OnRead).
   Arrivals arrivals(g, tbb::flow::unlimited, [&](size_t i, Arrivals::gateway_type& gw) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -326,6 +354,29 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
       gw.try_put(i);
     }
   });
+  // Stage B: multiply each expert as soon as its bytes are in, give its slot back and demand
+  // the layer's next expert in its place.
+  tbb::flow::function_node<size_t> multiply(g, tbb::flow::unlimited, [&](size_t i) {
+    compute.Start();
+    Want w;
+    {
+      // The completion wrote it under the lock on an engine thread; read it the same way.
+      std::lock_guard<std::mutex> lock(mu_);
+      w = wants_[i];
+    }
+    use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
+    compute.Stop();
+    (void)cache_.Unpin(w.key);
+    const size_t next = TakeNextDemand();
+    if (next == kNone) return;
+    const auto t1 = Clock::now();
+    Demand(next);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.fetch_seconds += Since(t1);
+    }
+    arrivals.try_put(next);
+  });
   tbb::flow::make_edge(arrivals, multiply);
   // Stage C's part in the layer: the shared experts, while the reads are in flight.
   tbb::flow::function_node<int> side(g, 1, [&](int) {
@@ -334,7 +385,7 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
     compute.Stop();
   });
   if (alongside) side.try_put(0);
-  for (size_t i = first; i < batch_end_; ++i) arrivals.try_put(i);
+  for (size_t i : first_window) arrivals.try_put(i);
   g.wait_for_all();
   { std::lock_guard<std::mutex> handed(handoff_mu_); }  // OnRead's last handoff has returned
   std::lock_guard<std::mutex> lock(mu_);
@@ -348,11 +399,13 @@ absl::Status StreamingExpertProvider::RunBatch(const ExpertUse& use, size_t firs
 absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_t first,
                                                      const std::function<void()>& alongside) {
   const auto t0 = Clock::now();
+  size_t end = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    end = demanded_;
     changed_.wait(lock, [&] {
-      for (size_t i = first; i < batch_end_; ++i) {
-        if (wants_[i].state == WantState::kWaiting) return false;
+      for (size_t p = first; p < end; ++p) {
+        if (wants_[order_[p]].state == WantState::kWaiting) return false;
       }
       return true;
     });
@@ -361,9 +414,9 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
   }
   const ModelConfig& config = ckpt_.config();
   const auto t1 = Clock::now();
-  for (size_t i = first; i < batch_end_; ++i) {
-    const Want& w = wants_[i];
-    use(i, ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
+  for (size_t p = first; p < end; ++p) {
+    const Want& w = wants_[order_[p]];
+    use(order_[p], ViewExpert(config, ckpt_.expert(w.key.layer, w.key.expert), w.bytes));
   }
   if (alongside) alongside();
   std::lock_guard<std::mutex> lock(mu_);
@@ -374,149 +427,54 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
 absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<const int32_t> experts,
                                                     const ExpertUse& use,
                                                     const std::function<void()>& alongside) {
-  if (!options_.overlap) {
-    const auto t0 = Clock::now();
-    StartBatch(layer, experts);
+  bool started = false;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.fetch_seconds += Since(t0);
+    started = layer_ == layer && wants_.size() == experts.size();
   }
   absl::Status status;
-  for (size_t first = 0; status.ok() && first < experts.size();) {
-    if (first > 0) {  // a later batch (a prefill union larger than the cache)
+  if (options_.overlap) {
+    if (!started) StartLayer(layer, experts);  // no StartFetch came first
+    status = RunWindow(use, alongside);        // every multiply unpins its own expert
+  } else {
+    // Batches of Window() experts: a prefill union larger than the cache takes several.
+    for (size_t first = 0; status.ok() && first < experts.size();) {
+      const auto t0 = Clock::now();
+      if (first == 0) {
+        StartLayer(layer, experts);
+      } else {
+        DemandThrough(std::min(experts.size(), first + Window()));
+      }
+      size_t end = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        batch_end_ = std::min(experts.size(), first + MaxBatch());
+        metrics_.fetch_seconds += Since(t0);
+        end = demanded_;
       }
-      for (size_t i = first; i < batch_end_; ++i) Demand(i);
+      status = RunBatchSerial(use, first, end == experts.size() ? alongside : nullptr);
+      for (size_t p = first; p < end; ++p) {
+        const Want& w = wants_[order_[p]];
+        if (w.state == WantState::kReady) (void)cache_.Unpin(w.key);
+      }
+      first = end;
     }
-    const bool last = batch_end_ == experts.size();
-    const std::function<void()> side = first == 0 && options_.overlap ? alongside
-                                       : last && !options_.overlap    ? alongside
-                                                                      : nullptr;
-    status = options_.overlap ? RunBatch(use, first, side) : RunBatchSerial(use, first, side);
-    for (size_t i = first; i < batch_end_; ++i) {
-      if (wants_[i].state == WantState::kReady) (void)cache_.Unpin(wants_[i].key);
-    }
-    first = batch_end_;
   }
+  std::unique_lock<std::mutex> lock(mu_);
   if (!status.ok()) {
     // Reads of this layer still landing keep their slots; wait so nothing outlives the call.
-    std::unique_lock<std::mutex> lock(mu_);
     changed_.wait(lock, [&] {
-      for (const Want& w : wants_) {
+      for (size_t p = 0; p < demanded_; ++p) {
+        const Want& w = wants_[order_[p]];
         if (w.state == WantState::kWaiting && pending_.contains(w.key)) return false;
       }
       return true;
     });
   }
-  std::lock_guard<std::mutex> lock(mu_);
   wants_.clear();
+  order_.clear();
+  demanded_ = 0;
+  layer_ = -1;
   return status;
-}
-
-// ---- lookahead ------------------------------------------------------------------------------
-
-void StreamingExpertProvider::ScorePredictions(int64_t layer, std::span<const int32_t> experts) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = predictions_.find(layer);
-  if (it != predictions_.end()) {
-    absl::flat_hash_set<int32_t> actual(experts.begin(), experts.end()), any;
-    for (const auto& [distance, predicted] : it->second) {
-      any.insert(predicted.begin(), predicted.end());
-      if (prefill_pass_) continue;  // the figures by distance describe decoding
-      PrefetchAccuracy& a = accuracy_[distance - 1];
-      a.predicted += predicted.size();
-      a.actual += actual.size();
-      for (int32_t e : predicted) a.correct += actual.contains(e);
-    }
-    metrics_.prefetch_predicted += any.size();
-    metrics_.routed_experts += actual.size();
-    for (int32_t e : any) metrics_.prefetch_correct += actual.contains(e);
-  }
-  predictions_.erase(predictions_.begin(), predictions_.upper_bound(layer));
-}
-
-void StreamingExpertProvider::CancelStalePrefetches(int64_t layer) {
-  std::vector<io::ReadId> stale;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, p] : pending_) {
-      if (p.prefetch && !p.demanded && key.layer < layer && p.id != 0) stale.push_back(p.id);
-    }
-  }
-  for (io::ReadId id : stale) engine_.Cancel(id);
-}
-
-void StreamingExpertProvider::TryPrefetch(const ExpertKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pending_.contains(key) || cache_.Contains(key)) return;
-  if (!ckpt_.expert(key.layer, key.expert).contiguous()) return;
-  if (prefetch_bytes_in_flight_ + ExpertBytes() > options_.prefetch_cap_bytes) return;
-  // Leave room for the next layer's demands: guesses never take the last top-k slots.
-  const CacheStats s = cache_.stats();
-  if (s.pinned_slots + s.filling_slots + ckpt_.config().num_experts_per_token >= s.slots) return;
-  auto grant = cache_.Request(key, {.kind = RequestKind::kPrefetch, .pin = true});
-  if (!grant.ok()) return;
-  if (grant->outcome != CacheOutcome::kFill) {
-    if (grant->outcome == CacheOutcome::kHit) (void)cache_.Unpin(key);
-    return;
-  }
-  prefetch_bytes_in_flight_ += ExpertBytes();
-  SubmitRead(key, grant->bytes, /*prefetch=*/true);
-  if (pending_.contains(key)) {
-    guarded_.insert(key);
-  } else {
-    prefetch_bytes_in_flight_ -= ExpertBytes();
-  }
-}
-
-void StreamingExpertProvider::Predict(int64_t layer, int distance, std::span<const float> x,
-                                      size_t tokens) {
-  const ModelConfig& c = ckpt_.config();
-  const MoeWeights& w = trunk_.layers[layer].moe;
-  const size_t experts = c.num_experts;
-  const size_t width = std::min<size_t>(
-      experts, options_.prefetch_width > 0 ? options_.prefetch_width : c.num_experts_per_token);
-  std::vector<float> logits(tokens * experts);
-  MatMul(w.router, x, tokens, logits);
-  // The union over the chunk's tokens, best-scored first within each token.
-  std::vector<int32_t> predicted;
-  absl::flat_hash_set<int32_t> seen;
-  std::vector<kernels::RoutedExpert> top;
-  for (size_t t = 0; t < tokens; ++t) {
-    kernels::RouteTopK(std::span<const float>(logits).subspan(t * experts, experts), w.router_bias,
-                       width, false, 1.0f, top);
-    for (const auto& r : top) {
-      if (seen.insert(r.expert).second) predicted.push_back(r.expert);
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    predictions_[layer][distance] = predicted;
-  }
-  for (int32_t e : predicted) TryPrefetch({static_cast<int32_t>(layer), e});
-}
-
-void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x, size_t tokens) {
-  const int distance = tokens > 1 ? options_.prefill_prefetch_distance : options_.prefetch_distance;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    prefill_pass_ = tokens > 1;  // the predictions StartFetch scores in this pass are ours
-  }
-  if (!options_.overlap || distance == 0) return;
-  const auto t0 = Clock::now();
-  CancelStalePrefetches(layer);
-  const ModelConfig& c = ckpt_.config();
-  for (int d = 1; d <= distance; ++d) {
-    const int64_t target = layer + d;
-    if (target >= c.num_layers) break;
-    // A router that is not resident (it streams with its layer) cannot look ahead.
-    if (!c.is_dense(target) && !trunk_.layers[target].moe.router.streamed()) {
-      Predict(target, d, x, tokens);
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  metrics_.lookahead_seconds += Since(t0);
 }
 
 // ---- figures --------------------------------------------------------------------------------

@@ -1,20 +1,26 @@
 // The streaming expert provider: routed experts come from the expert cache, and misses are
 // read with io_uring straight into cache slots. Per MoE layer (DESIGN.md section 4):
 //
-//   StartFetch   demand reads for the layer's experts that are not resident, issued as soon
-//                as the router has chosen (the model computes the latent projection meanwhile)
-//   ForEachExpert  a TBB flow graph: an async node receives each expert as its read completes
-//                (or at once for hits) and a function node multiplies it into its own output
-//                slot; the shared experts run as a third node alongside
-//   Lookahead    at layer l, the routers of l+1..l+D run on l's hidden state and their
-//                predicted experts are read at prefetch priority, within a cap on prefetch
-//                bytes in flight and on cache slots; predictions for layers already passed
-//                are cancelled
+//   StartFetch   orders the layer's experts (those resident or landing first, then the misses)
+//                and demands the first window of them, as many as the cache has slots: the
+//                misses' reads are in flight as soon as the router has chosen (the model
+//                computes the latent projection meanwhile)
+//   ForEachExpert  one TBB flow graph for the whole layer: an async node receives each expert
+//                as its read completes (or at once for hits) and a function node multiplies it
+//                into its own output slot, unpins it and demands the layer's next expert in its
+//                place (a sliding window: a prefill union larger than the cache streams through
+//                it with reads in flight while the compute runs); the shared experts run as a
+//                third node alongside
+//   Lookahead    (expert_lookahead.cc) at layer l, the routers of l+1..l+D run on l's hidden
+//                state and their predicted experts are read at prefetch priority, within a cap
+//                on prefetch bytes in flight and on cache slots; predictions for layers already
+//                passed are cancelled
 //
-// With overlap off (the serial baseline) a layer's reads start only at ForEachExpert, all of
-// them complete before the first multiply, the shared experts run last, and nothing is
-// prefetched. Arithmetic is the same either way: each expert's result has its own slot and the
-// model sums them in a fixed order.
+// With overlap off (the serial baseline) a layer's reads start only at ForEachExpert, in
+// batches of as many experts as the cache has slots: all of a batch's reads complete before its
+// first multiply, the shared experts run last, and nothing is prefetched. Arithmetic is the
+// same either way: each expert's result has its own slot and the model sums them in a fixed
+// order, so neither the order of the demands nor that of the multiplies changes a bit.
 #pragma once
 
 #include <tbb/flow_graph.h>
@@ -69,7 +75,7 @@ class StreamingExpertProvider : public ExpertProvider {
 
  private:
   enum class WantState { kWaiting, kReady, kFailed };
-  // One expert of the batch being computed.
+  // One expert of the layer being computed.
   struct Want {
     ExpertKey key;
     WantState state = WantState::kWaiting;
@@ -86,14 +92,24 @@ class StreamingExpertProvider : public ExpertProvider {
 
   uint64_t ExpertBytes() const { return ckpt_.config().expert_bytes(); }
   std::span<const uint8_t> InSlot(const ExpertKey& key, std::span<uint8_t> slot) const;
-  // Starts the demand for wants_[i]; may wait for a slot. Returns false on a hard error.
+  // Starts the demand for wants_[i] and pins its slot; may wait for a slot. A hard error marks
+  // the want failed and sets error_.
   void Demand(size_t i);
   bool DemandLocked(size_t i, const CacheGrant& grant);
   void SubmitRead(const ExpertKey& key, std::span<uint8_t> slot, bool prefetch);
   void OnRead(const ExpertKey& key, io::ReadResult result);
   void Finish(size_t i, bool ok, std::span<const uint8_t> bytes);
-  void StartBatch(int64_t layer, std::span<const int32_t> experts);
-  absl::Status RunBatch(const ExpertUse& use, size_t first, const std::function<void()>& alongside);
+  // Sets up the layer's wants and the order to demand them in, and demands the first window.
+  void StartLayer(int64_t layer, std::span<const int32_t> experts);
+  // Demands order_[demanded_, end).
+  void DemandThrough(size_t end);
+  // The next want of the layer to demand, taken off order_ (once a multiply has given its slot
+  // back); kNone when every want has been demanded or a read failed.
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  size_t TakeNextDemand();
+  // The overlapped layer: one flow graph, the window sliding over order_.
+  absl::Status RunWindow(const ExpertUse& use, const std::function<void()>& alongside);
+  // The serial baseline's batch order_[first, demanded_): every read, then every multiply.
   absl::Status RunBatchSerial(const ExpertUse& use, size_t first,
                               const std::function<void()>& alongside);
   void ScorePredictions(int64_t layer, std::span<const int32_t> experts);
@@ -104,7 +120,8 @@ class StreamingExpertProvider : public ExpertProvider {
   static constexpr int64_t kAllLayers = std::numeric_limits<int64_t>::max();
   void ReleaseGuardsLocked(int64_t layer);
   void CancelStalePrefetches(int64_t layer);
-  size_t MaxBatch() const;
+  // Wants pinned at once: the cache's slots (at least one).
+  size_t Window() const;
 
   const Checkpoint& ckpt_;
   const TrunkWeights& trunk_;
@@ -117,10 +134,12 @@ class StreamingExpertProvider : public ExpertProvider {
   mutable std::mutex mu_;
   std::mutex handoff_mu_;            // held by OnRead while it hands reads to the flow graph
   std::condition_variable changed_;  // a want finished; the last read landed
-  std::vector<Want> wants_;
-  size_t batch_end_ = 0;
-  absl::Status error_;  // first failed read of the batch
-  // While a batch's flow graph runs: which wants wait in it for their read (OnRead then hands
+  int64_t layer_ = -1;               // the layer StartLayer set up, until its ForEachExpert returns
+  std::vector<Want> wants_;          // wants_[i] is experts[i] of the layer's call
+  std::vector<size_t> order_;        // indices into wants_ in the order they are demanded
+  size_t demanded_ = 0;              // order_[0, demanded_) have been demanded
+  absl::Status error_;               // first failed read of the layer
+  // While a layer's flow graph runs: which wants wait in it for their read (OnRead then hands
   // them over through the graph's gateway), and the gateway.
   using Gateway = tbb::flow::async_node<size_t, size_t>::gateway_type;
   std::vector<bool> waiting_;
