@@ -5,14 +5,16 @@
 #
 # For each prompt length, each of REPEAT rounds runs, alternating, one fresh process each:
 #   chunk64  --prefill-chunk 64, no prompt cache
-#   auto     --prefill-chunk auto, a new empty prompt cache (cold; it stores the prompt's state)
-#   warm     the same again over that cache (the state a token short of the prompt's end)
+#   auto     --prefill-chunk auto (the default), no prompt cache
+#   cache    auto with a new, empty prompt cache: cold, and it stores the state a token short of
+#            the prompt's end (the prompt runs as two chunks, so the trunk is read once more)
+#   warm     the same again over that cache: one token runs
 # and prints one row per run from its --report-json; then the medians per length and mode, and
 # the ratio of GB read to the floor (the streamed trunk once, as a one-token step reads it, plus
 # each (layer, expert) the prompt touches once, as auto's one chunk asks for them).
 #
 # Usage: bench/pipeline/prefill.sh MODEL_DIR "MEMORY FLAGS"
-#   env: BUILD (build), REPEAT (3), LENGTHS ("16 256 2048"), MODES ("chunk64 auto warm"),
+#   env: BUILD (build), REPEAT (3), LENGTHS ("16 256 2048"), MODES ("chunk64 auto cache warm"),
 #        IDS_BELOW (30000: the prompt's ids, below the model's vocabulary and its special tokens)
 # Example: bench/pipeline/prefill.sh /var/tmp/slice "--ram-gb 4.6"
 set -eu
@@ -21,7 +23,7 @@ MEMORY=$2
 BUILD=${BUILD:-build}
 REPEAT=${REPEAT:-3}
 LENGTHS=${LENGTHS:-16 256 2048}
-MODES=${MODES:-chunk64 auto warm}
+MODES=${MODES:-chunk64 auto cache warm}
 IDS_BELOW=${IDS_BELOW:-30000}
 K3="$BUILD/apps/k3"
 OUT=$(mktemp -d)
@@ -35,7 +37,8 @@ for n in $LENGTHS; do
     for mode in $MODES; do
       case $mode in
         chunk64) flags="--prefill-chunk 64" ;;
-        auto | warm) flags="--prompt-cache $OUT/cache" ;;
+        auto) flags="" ;;
+        cache | warm) flags="--prompt-cache $OUT/cache" ;;
       esac
       # shellcheck disable=SC2086  # the memory flags are words
       "$K3" generate --model "$MODEL" --ids "$ids" -n 2 $MEMORY $flags --quiet \

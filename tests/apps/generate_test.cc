@@ -150,6 +150,28 @@ TEST(GenerateTest, APromptCacheResumesWithTheColdRunsTokensAndLogits) {
   EXPECT_THAT(damaged_run.err, HasSubstr(".k3pc"));
 }
 
+// A full disk under --prompt-cache: one warning, and the run goes on with the same tokens.
+TEST(GenerateTest, APromptCacheOnAFullDiskWarnsAndTheRunGoesOn) {
+  testing::TempDir dir;
+  const std::string mount = dir / "full";
+  if (testing::RunShell("mkdir -p " + testing::ShellQuote(mount) +
+                        " && mount -t tmpfs -o size=4k tmpfs " + testing::ShellQuote(mount))
+          .exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs (needs root)";
+  }
+  const std::vector<std::string> args = {"generate",     "-m", Fixture(), "--ids",
+                                         "3,7,11,5,9,2", "-n", "4"};
+  auto cold = RunK3(args);
+  std::vector<std::string> cached = args;
+  cached.insert(cached.end(), {"--prompt-cache", mount + "/cache"});
+  auto full = RunK3(cached);
+  testing::RunShell("umount " + testing::ShellQuote(mount));
+  ASSERT_EQ(cold.exit_code, 0) << cold.err;
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_EQ(full.out, cold.out);
+  EXPECT_THAT(full.err, HasSubstr("k3 generate: prompt cache: no room"));
+}
+
 // On a terminal (stdout and stderr the same tty) the text comes whole, and the per-step table
 // after it: no row cuts into the text. `script` gives the run a pseudo-terminal.
 TEST(GenerateTest, OnATerminalTheTextComesWholeAndTheTableAfterIt) {
