@@ -219,21 +219,12 @@ BatchRequest ChatSession::Continue(const std::vector<int32_t>& fed, int64_t head
   BatchRequest request;
   request.prompt = fed;
   request.keep_final_state = true;
+  request.resume = std::move(state_);
   if (cache_ != nullptr) {
-    std::vector<int32_t> whole = state_.tokens();
-    whole.insert(whole.end(), fed.begin(), fed.end());
-    const int64_t before = state_.position();
-    if (std::optional<SequenceState> hit = cache_->Lookup(whole); hit && hit->position() > before) {
-      result.cached_tokens = hit->position() - before;
-      state_ = *std::move(hit);
-      request.prompt.erase(request.prompt.begin(), request.prompt.begin() + result.cached_tokens);
-    }
-    if (head_end > state_.position()) request.snapshot_at.push_back(head_end);
-    const auto last = static_cast<int64_t>(whole.size()) - 1;
-    if (last > state_.position()) request.snapshot_at.push_back(last);
+    result.cached_tokens = ResumeFromPromptCache(*cache_, request);
+    if (head_end > request.resume->position()) request.snapshot_at.push_back(head_end);
     hooks.on_prompt_state = [this](size_t, const SequenceState& s) { cache_->Store(s); };
   }
-  request.resume = std::move(state_);
   return request;
 }
 

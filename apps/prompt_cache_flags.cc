@@ -61,14 +61,8 @@ nlohmann::json PromptCacheUse::ToJson(const PromptCache& cache) const {
 PromptCacheUse UsePromptCache(PromptCache& cache, BatchRequest& request, SequenceHooks& hooks) {
   PromptCacheUse use;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t whole = static_cast<int64_t>(request.prompt.size());
-  if (std::optional<SequenceState> hit = cache.Lookup(request.prompt)) {
-    use.cached_tokens = hit->position();
-    request.prompt.erase(request.prompt.begin(), request.prompt.begin() + use.cached_tokens);
-    request.resume = std::move(hit);
-  }
+  use.cached_tokens = ResumeFromPromptCache(cache, request);
   use.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (whole - 1 > use.cached_tokens) request.snapshot_at.push_back(whole - 1);
   hooks.on_prompt_state = [&cache](size_t, const SequenceState& state) { cache.Store(state); };
   return use;
 }

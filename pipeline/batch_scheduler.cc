@@ -237,6 +237,21 @@ absl::Status BatchScheduler::Run(const TokenFn& on_token, const DoneFn& on_done,
   return absl::OkStatus();
 }
 
+int64_t ResumeFromPromptCache(PromptCache& cache, BatchRequest& request) {
+  const int64_t before = request.resume ? request.resume->position() : 0;
+  std::vector<int32_t> whole = request.resume ? request.resume->tokens() : std::vector<int32_t>{};
+  whole.insert(whole.end(), request.prompt.begin(), request.prompt.end());
+  int64_t cached = 0;
+  if (std::optional<SequenceState> hit = cache.Lookup(whole); hit && hit->position() > before) {
+    cached = hit->position() - before;
+    request.prompt.erase(request.prompt.begin(), request.prompt.begin() + cached);
+    request.resume = std::move(hit);
+  }
+  const auto last = static_cast<int64_t>(whole.size()) - 1;
+  if (last > before + cached) request.snapshot_at.push_back(last);
+  return cached;
+}
+
 absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
                                         const SequenceHooks& hooks) {
   BatchScheduler scheduler(engine,

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "core/sampler.h"
 #include "pipeline/engine.h"
+#include "pipeline/prompt_cache.h"
 
 namespace k3 {
 
@@ -152,6 +153,13 @@ struct SequenceHooks {
   // positions.
   BatchScheduler::PromptStateFn on_prompt_state;
 };
+
+// Resumes `request` from the longest state in `cache` that its tokens (those of its resume
+// state, then its prompt) extend beyond the resume state, leaving the prompt the tokens after
+// it, and asks for the state a token short of the whole prompt's end (snapshot_at), where the
+// same prompt again resumes and runs one token for its logits. Returns the prompt tokens the
+// cache supplied.
+int64_t ResumeFromPromptCache(PromptCache& cache, BatchRequest& request);
 
 // Runs one request as a batch of one (prompt chunks of the engine's prefill_chunk, its
 // max_context): the result, or the error of the first failed step.

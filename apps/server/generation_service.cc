@@ -93,14 +93,7 @@ void GenerationService::Admit(std::vector<std::shared_ptr<Job>>& incoming) {
     const int64_t total = static_cast<int64_t>(request.prompt.size());
     int64_t cached = 0;
     if (options_.prompt_cache != nullptr) {
-      if (std::optional<SequenceState> state = options_.prompt_cache->Lookup(request.prompt)) {
-        cached = state->position();
-        request.prompt.erase(request.prompt.begin(), request.prompt.begin() + cached);
-        request.resume = std::move(state);
-      }
-      // A token short of the prompt's end: the same request again (a retry, a regenerated
-      // answer) resumes there and runs one token for its logits.
-      if (total - 1 > cached) request.snapshot_at.push_back(total - 1);
+      cached = ResumeFromPromptCache(*options_.prompt_cache, request);
       request.keep_prompt_state = request.keep_final_state = true;
     }
     {
