@@ -188,7 +188,7 @@ class ChatSession {
 };
 
 absl::Status ChatSession::CheckTemplate() const {
-  const std::vector<ChatMessage> probe = {{"user", "hi", ""}};
+  const std::vector<ChatMessage> probe = {{.role = "user", .content = "hi"}};
   auto ids = RenderChat(tok_, probe);
   if (!ids.ok()) return ids.status();
   for (int32_t id : *ids) {
@@ -205,9 +205,11 @@ absl::Status ChatSession::CheckTemplate() const {
 absl::StatusOr<std::vector<int32_t>> ChatSession::NewTokens(const std::string& user_text,
                                                             bool with_system) {
   std::vector<ChatMessage> fresh;
-  if (with_system) fresh.push_back({"system", settings_.system, ""});
-  fresh.push_back({"user", user_text, ""});
-  auto rendered = RenderChat(tok_, fresh);
+  if (with_system) fresh.push_back({.role = "system", .content = settings_.system});
+  fresh.push_back({.role = "user", .content = user_text});
+  // The head (the thinking-effort message) opens a conversation; later turns extend its state.
+  const bool head = state_.position() == 0 && pending_.empty();
+  auto rendered = RenderChat(tok_, fresh, {.head = head});
   if (!rendered.ok()) return rendered.status();
   std::vector<int32_t> ids = pending_;
   ids.insert(ids.end(), rendered->begin(), rendered->end());
@@ -279,9 +281,8 @@ absl::Status ChatSession::Turn(const std::string& user_text, RunReport& report,
   // The system prompt is the head every conversation with it shares: its state is kept apart.
   int64_t head_end = 0;
   if (with_system && cache_ != nullptr) {
-    const std::vector<ChatMessage> system = {{"system", settings_.system, ""}};
-    auto head =
-        RenderChat(tok_, system, {.add_generation_prompt = false, .thinking_effort = std::nullopt});
+    const std::vector<ChatMessage> system = {{.role = "system", .content = settings_.system}};
+    auto head = RenderChat(tok_, system, {.add_generation_prompt = false});
     if (head.ok() && head->size() < fed->size() &&
         std::equal(head->begin(), head->end(), fed->begin())) {
       head_end = static_cast<int64_t>(head->size());

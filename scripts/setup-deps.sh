@@ -59,9 +59,10 @@ fi
 
 # The npm packages the tests run live inside the build tree, never in the repository: the
 # tokenizer oracle (`tiktoken`, a WebAssembly build of the reference tokenizer) and the real
-# client of k3 serve's tests (`openai`, the official OpenAI Node SDK).
+# client of k3 serve's tests (`openai`, the official OpenAI Node SDK) and `ajv`, the JSON-schema
+# validator that checks the tool calls and structured output those tests receive.
 oracle="$build_dir/oracle"
-for pkg in tiktoken@1 openai@4; do
+for pkg in tiktoken@1 openai@4 ajv@8; do
   name=${pkg%@*}
   if [[ ! -f "$oracle/node_modules/$name/package.json" ]]; then
     echo "setup: installing the npm package $name into $oracle"

@@ -60,10 +60,10 @@ class ChatTest : public ::testing::Test {
     return nlohmann::json::parse(testing::ReadAll(dir_ / name));
   }
 
-  Ids Render(const std::vector<ChatMessage>& messages) {
+  Ids Render(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) {
     auto tok = Tokenizer::Load(Model());
     EXPECT_TRUE(tok.ok()) << tok.status();
-    auto ids = RenderChat(*tok, messages);
+    auto ids = RenderChat(*tok, messages, options);
     EXPECT_TRUE(ids.ok()) << ids.status();
     return *ids;
   }
@@ -100,9 +100,10 @@ TEST_F(ChatTest, SecondTurnFeedsOnlyItsNewTokensAndMatchesOneRunOverTheConversat
   ASSERT_FALSE(reply1.empty());
   ASSERT_FALSE(reply2.empty());
 
-  EXPECT_EQ(fed1, Render({{"user", kFirst, ""}}));
+  EXPECT_EQ(fed1, Render({{.role = "user", .content = kFirst}}));
   // Turn 2 runs what closes reply 1 and the new message, nothing of turn 1.
-  const Ids new_tokens = Concat({Closing(reply1), Render({{"user", kSecond, ""}})});
+  const Ids new_tokens =
+      Concat({Closing(reply1), Render({{.role = "user", .content = kSecond}}, {.head = false})});
   EXPECT_EQ(fed2, new_tokens);
   EXPECT_EQ(turns[1]["position_before"], fed1.size() + reply1.size() - 1);
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat("[turn 2: ", new_tokens.size(), " tokens in")));
@@ -123,7 +124,8 @@ TEST_F(ChatTest, ResetStartsTheConversationOverWithTheSystemMessage) {
   const nlohmann::json turns = Json("turns.json");
   ASSERT_EQ(turns.size(), 2u);  // nothing after /exit
   EXPECT_EQ(turns[0]["prompt_ids"],
-            nlohmann::json(Render({{"system", "Be brief.", ""}, {"user", kFirst, ""}})));
+            nlohmann::json(Render({{.role = "system", .content = "Be brief."},
+                                   {.role = "user", .content = kFirst}})));
   EXPECT_EQ(turns[1]["position_before"], 0);
   EXPECT_EQ(turns[1]["prompt_ids"], turns[0]["prompt_ids"]);
   EXPECT_EQ(turns[1]["generated_ids"], turns[0]["generated_ids"]);
@@ -142,7 +144,8 @@ TEST_F(ChatTest, HistoryResumesWithTheReplyOfAnUnbrokenConversation) {
   EXPECT_THAT(resumed.err, HasSubstr("[resumed " + dir_ / "b.json"));
 
   EXPECT_EQ(Json("b.r")[0]["generated_ids"], Json("a.r")[1]["generated_ids"]);
-  EXPECT_EQ(Json("b.r")[0]["prompt_ids"], nlohmann::json(Render({{"user", kSecond, ""}})));
+  EXPECT_EQ(Json("b.r")[0]["prompt_ids"],
+            nlohmann::json(Render({{.role = "user", .content = kSecond}}, {.head = false})));
   const nlohmann::json a = Json("a.json"), b = Json("b.json");
   EXPECT_EQ(a["tokens"], b["tokens"]);
   EXPECT_EQ(a["messages"], b["messages"]);
@@ -172,11 +175,9 @@ TEST_F(ChatTest, APromptCacheKeepsTheSystemPromptAndAResumedHistory) {
   EXPECT_EQ(Json("a.r")[0]["cached_tokens"], 0);
   auto tok = Tokenizer::Load(Model());
   ASSERT_TRUE(tok.ok());
-  const std::vector<ChatMessage> head = {{"system", "Be brief.", ""}};
-  EXPECT_EQ(
-      Json("b.r")[0]["cached_tokens"],
-      RenderChat(*tok, head, {.add_generation_prompt = false, .thinking_effort = std::nullopt})
-          ->size());
+  const std::vector<ChatMessage> head = {{.role = "system", .content = "Be brief."}};
+  EXPECT_EQ(Json("b.r")[0]["cached_tokens"],
+            RenderChat(*tok, head, {.add_generation_prompt = false})->size());
   EXPECT_EQ(Json("b.r")[0]["generated_ids"], Json("c.r")[0]["generated_ids"]);
 
   const std::vector<std::string> history = {"--quiet", "--history", dir_ / "h.json"};
