@@ -105,7 +105,7 @@ json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
 std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,
                                            std::vector<int32_t>& ids) const {
   if (r.endpoint == Endpoint::kChat) {
-    auto rendered = RenderChat(tok_, r.messages);
+    auto rendered = RenderChat(tok_, r.messages, r.chat);
     if (!rendered.ok()) {
       return ApiError{400, std::string(rendered.status().message()), "invalid_request_error",
                       "messages", ""};

@@ -5,14 +5,17 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "apps/server/tool_request.h"
 
 namespace k3::server {
 namespace {
 
-using nlohmann::json;
+// Ordered: a tool call's object arguments render in the client's key order, and a schema's
+// properties are generated in it.
+using Json = nlohmann::ordered_json;
 
 ApiError Invalid(std::string param, std::string message) {
-  return {400, std::move(message), "invalid_request_error", std::move(param), ""};
+  return InvalidField(std::move(param), std::move(message));
 }
 
 ApiError Unsupported(const std::string& param, std::string_view what) {
@@ -39,17 +42,10 @@ constexpr std::string_view kCommon[] = {"model",
                                         "frequency_penalty",
                                         "logit_bias",
                                         "logprobs"};
-constexpr std::string_view kChatOnly[] = {"messages",
-                                          "max_completion_tokens",
-                                          "top_logprobs",
-                                          "tools",
-                                          "tool_choice",
-                                          "response_format",
-                                          "parallel_tool_calls",
-                                          "functions",
-                                          "function_call",
-                                          "metadata",
-                                          "store"};
+constexpr std::string_view kChatOnly[] = {
+    "messages",        "max_completion_tokens", "top_logprobs",    "tools",         "tool_choice",
+    "response_format", "parallel_tool_calls",   "functions",       "function_call", "metadata",
+    "store",           "chat_template_kwargs",  "reasoning_effort"};
 constexpr std::string_view kCompletionOnly[] = {"prompt", "echo", "best_of", "suffix"};
 
 bool Known(std::string_view key, Endpoint endpoint) {
@@ -60,9 +56,9 @@ bool Known(std::string_view key, Endpoint endpoint) {
 }
 
 // Numbers: JSON integers (or floats with an integral value) within [lo, hi].
-std::optional<ApiError> ReadInt(const json& j, const std::string& key, int64_t lo, int64_t hi,
+std::optional<ApiError> ReadInt(const Json& j, const std::string& key, int64_t lo, int64_t hi,
                                 int64_t& out) {
-  const json& v = j[key];
+  const Json& v = j[key];
   if (v.is_number_integer()) {
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
       return Invalid(key, absl::StrCat("'", key, "' must be at most ", hi));
@@ -80,9 +76,9 @@ std::optional<ApiError> ReadInt(const json& j, const std::string& key, int64_t l
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadNumber(const json& j, const std::string& key, double lo, double hi,
+std::optional<ApiError> ReadNumber(const Json& j, const std::string& key, double lo, double hi,
                                    double& out) {
-  const json& v = j[key];
+  const Json& v = j[key];
   if (!v.is_number() || !std::isfinite(v.get<double>())) {
     return Invalid(key, absl::StrCat("'", key, "' must be a number"));
   }
@@ -93,13 +89,14 @@ std::optional<ApiError> ReadNumber(const json& j, const std::string& key, double
   return std::nullopt;
 }
 
-bool Neutral(const json& v) {
+bool Neutral(const Json& v) {
   return v.is_null() || v == false || (v.is_number() && v.get<double>() == 0) ||
          (v.is_object() && v.empty()) || (v.is_array() && v.empty());
 }
 
 // Message content: a string, or a list of text parts (as the API allows for every role).
-std::optional<ApiError> ReadContent(const json& v, const std::string& param, std::string& out) {
+std::optional<ApiError> ReadContent(const Json& v, const std::string& param, std::string& out,
+                                    std::vector<std::string>* parts = nullptr) {
   if (v.is_string()) {
     out = v.get<std::string>();
     return std::nullopt;
@@ -108,7 +105,7 @@ std::optional<ApiError> ReadContent(const json& v, const std::string& param, std
   if (!v.is_array())
     return Invalid(param, absl::StrCat("'", param, "' must be a string or a list of parts"));
   for (size_t i = 0; i < v.size(); ++i) {
-    const json& part = v[i];
+    const Json& part = v[i];
     const std::string where = absl::StrCat(param, "[", i, "]");
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
       return Invalid(where, absl::StrCat("'", where, "' must be an object with a 'type'"));
@@ -121,18 +118,77 @@ std::optional<ApiError> ReadContent(const json& v, const std::string& param, std
       return Invalid(where, absl::StrCat("'", where, ".text' must be a string"));
     }
     out += part["text"].get<std::string>();
+    if (parts != nullptr) parts->push_back(part["text"].get<std::string>());
   }
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadMessages(const json& j, std::vector<ChatMessage>& out) {
+// The fields a message of each role may have besides role and content.
+bool KnownMessageField(const std::string& role, const std::string& key) {
+  if (key == "name") return true;
+  if (role == "assistant") return key == "reasoning_content" || key == "tool_calls";
+  if (role == "tool") return key == "tool_call_id";
+  if (role == "system") return key == "tools";
+  return false;
+}
+
+std::optional<ApiError> ReadString(const Json& m, const std::string& key, const std::string& where,
+                                   std::string& out) {
+  if (!m.contains(key) || m[key].is_null()) return std::nullopt;
+  if (!m[key].is_string()) {
+    return Invalid(absl::StrCat(where, ".", key),
+                   absl::StrCat("'", where, ".", key, "' must be a string"));
+  }
+  out = m[key].get<std::string>();
+  return std::nullopt;
+}
+
+// Content, name, reasoning, tool calls, the tool_call_id of a result, dynamic tools.
+std::optional<ApiError> ReadMessageFields(const Json& m, const std::string& where,
+                                          ChatMessage& message) {
+  if (message.role == "assistant" && m.contains("tool_calls")) {
+    if (auto e = ReadToolCalls(m["tool_calls"], where, message.tool_calls)) return e;
+  }
+  // An assistant's calls may stand without content.
+  if (!m.contains("content") && message.tool_calls.empty()) {
+    return Invalid(where + ".content", absl::StrCat("'", where, ".content' is required"));
+  }
+  if (m.contains("content")) {
+    if (auto e = ReadContent(m["content"], where + ".content", message.content, &message.parts)) {
+      return e;
+    }
+  }
+  if (auto e = ReadString(m, "name", where, message.name)) return e;
+  if (m.contains("reasoning_content")) {
+    if (auto e =
+            ReadContent(m["reasoning_content"], where + ".reasoning_content", message.thinking)) {
+      return e;
+    }
+  }
+  if (message.role == "tool") {
+    if (auto e = ReadString(m, "tool_call_id", where, message.tool_call_id)) return e;
+    if (message.tool_call_id.empty()) {
+      return Invalid(where + ".tool_call_id",
+                     absl::StrCat("'", where, ".tool_call_id' is required in a tool message"));
+    }
+  }
+  if (m.contains("tools") && !m["tools"].is_null()) {
+    if (!m["tools"].is_array()) {
+      return Invalid(where + ".tools", absl::StrCat("'", where, ".tools' must be a list"));
+    }
+    message.tools = nlohmann::json::parse(m["tools"].dump());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadMessages(const Json& j, std::vector<ChatMessage>& out) {
   if (!j.contains("messages")) return Invalid("messages", "'messages' is required");
-  const json& list = j["messages"];
+  const Json& list = j["messages"];
   if (!list.is_array() || list.empty()) {
     return Invalid("messages", "'messages' must be a non-empty list");
   }
   for (size_t i = 0; i < list.size(); ++i) {
-    const json& m = list[i];
+    const Json& m = list[i];
     const std::string where = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return Invalid(where, absl::StrCat("'", where, "' must be an object"));
     if (!m.contains("role") || !m["role"].is_string()) {
@@ -141,42 +197,29 @@ std::optional<ApiError> ReadMessages(const json& j, std::vector<ChatMessage>& ou
     ChatMessage message;
     message.role = m["role"].get<std::string>();
     if (message.role == "developer") message.role = "system";
-    if (message.role == "tool" || message.role == "function") {
-      return Unsupported(where + ".role", " (tool messages)");
+    if (message.role == "function") {
+      return Unsupported(where + ".role", " (function messages; use tool messages)");
     }
-    if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "tool") {
       return Invalid(where + ".role", absl::StrCat("unknown role '", message.role, "'"));
     }
     for (const auto& field : m.items()) {
       const std::string& key = field.key();
-      if (key == "role" || key == "content" || key == "name" || key == "reasoning_content")
-        continue;
-      if (key == "tool_calls" && Neutral(field.value())) continue;
+      if (key == "role" || key == "content" || KnownMessageField(message.role, key)) continue;
       return Invalid(absl::StrCat(where, ".", key),
                      absl::StrCat("unknown field '", key, "' in ", where));
     }
-    if (!m.contains("content"))
-      return Invalid(where + ".content", absl::StrCat("'", where, ".content' is required"));
-    if (auto e = ReadContent(m["content"], where + ".content", message.content)) return e;
-    if (m.contains("reasoning_content")) {
-      if (message.role != "assistant") {
-        return Invalid(where + ".reasoning_content",
-                       "'reasoning_content' belongs to assistant messages");
-      }
-      if (auto e =
-              ReadContent(m["reasoning_content"], where + ".reasoning_content", message.thinking)) {
-        return e;
-      }
-    }
+    if (auto e = ReadMessageFields(m, where, message)) return e;
     out.push_back(std::move(message));
   }
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadIds(const json& list, const std::string& param,
+std::optional<ApiError> ReadIds(const Json& list, const std::string& param,
                                 std::vector<int32_t>& out) {
   for (size_t i = 0; i < list.size(); ++i) {
-    const json& v = list[i];
+    const Json& v = list[i];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
         v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
       return Invalid(param,
@@ -188,9 +231,9 @@ std::optional<ApiError> ReadIds(const json& list, const std::string& param,
 }
 
 // A string, a list of token ids, or a list holding one of those (several prompts need n > 1).
-std::optional<ApiError> ReadPrompt(const json& j, CompletionRequest& r) {
+std::optional<ApiError> ReadPrompt(const Json& j, CompletionRequest& r) {
   if (!j.contains("prompt")) return Invalid("prompt", "'prompt' is required");
-  const json* p = &j["prompt"];
+  const Json* p = &j["prompt"];
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     r.prompt_text = p->get<std::string>();
@@ -203,7 +246,7 @@ std::optional<ApiError> ReadPrompt(const json& j, CompletionRequest& r) {
   return ReadIds(*p, "prompt", r.prompt_ids);
 }
 
-std::optional<ApiError> ReadStop(const json& v, std::vector<std::string>& out) {
+std::optional<ApiError> ReadStop(const Json& v, std::vector<std::string>& out) {
   if (v.is_null()) return std::nullopt;
   if (v.is_string()) {
     if (v.get<std::string>().empty()) return Invalid("stop", "'stop' must not be empty");
@@ -213,7 +256,7 @@ std::optional<ApiError> ReadStop(const json& v, std::vector<std::string>& out) {
   if (!v.is_array() || v.size() > 4) {
     return Invalid("stop", "'stop' must be a string or a list of up to 4 strings");
   }
-  for (const json& s : v) {
+  for (const Json& s : v) {
     if (!s.is_string() || s.get<std::string>().empty()) {
       return Invalid("stop", "'stop' must hold non-empty strings");
     }
@@ -222,14 +265,14 @@ std::optional<ApiError> ReadStop(const json& v, std::vector<std::string>& out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadFlag(const json& j, const std::string& key, bool& out) {
+std::optional<ApiError> ReadFlag(const Json& j, const std::string& key, bool& out) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   if (!j[key].is_boolean()) return Invalid(key, absl::StrCat("'", key, "' must be true or false"));
   out = j[key].get<bool>();
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadSampling(const json& j, CompletionRequest& r) {
+std::optional<ApiError> ReadSampling(const Json& j, CompletionRequest& r) {
   // The API's defaults: temperature 1, top_p 1, no top-k.
   SamplerOptions& s = r.sampler;
   s.greedy = false;
@@ -261,7 +304,7 @@ std::optional<ApiError> ReadSampling(const json& j, CompletionRequest& r) {
   return std::nullopt;
 }
 
-std::optional<ApiError> Parse(const json& j, Endpoint endpoint, CompletionRequest& r) {
+std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionRequest& r) {
   if (!j.is_object()) return Invalid("", "the request body must be a JSON object");
   for (const auto& field : j.items()) {
     if (!Known(field.key(), endpoint)) {
@@ -275,14 +318,9 @@ std::optional<ApiError> Parse(const json& j, Endpoint endpoint, CompletionReques
     r.model = j["model"].get<std::string>();
   }
   // Options this server leaves out, accepted at the value that means "off".
-  for (const char* key :
-       {"presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "tools",
-        "tool_choice", "functions", "function_call", "echo", "suffix", "parallel_tool_calls"}) {
+  for (const char* key : {"presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+                          "top_logprobs", "functions", "function_call", "echo", "suffix"}) {
     if (j.contains(key) && !Neutral(j[key])) return Unsupported(key, "");
-  }
-  if (j.contains("response_format") && !Neutral(j["response_format"]) &&
-      j["response_format"] != json{{"type", "text"}}) {
-    return Unsupported("response_format", " (text only)");
   }
   int64_t v = 0;
   for (const char* key : {"n", "best_of"}) {
@@ -303,7 +341,7 @@ std::optional<ApiError> Parse(const json& j, Endpoint endpoint, CompletionReques
   if (auto e = ReadFlag(j, "return_token_ids", r.return_token_ids)) return e;
   if (auto e = ReadFlag(j, "ignore_eos", r.ignore_eos)) return e;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
-    const json& o = j["stream_options"];
+    const Json& o = j["stream_options"];
     if (!o.is_object()) return Invalid("stream_options", "'stream_options' must be an object");
     for (const auto& field : o.items()) {
       if (field.key() != "include_usage") {
@@ -316,22 +354,29 @@ std::optional<ApiError> Parse(const json& j, Endpoint endpoint, CompletionReques
   if (j.contains("user") && !j["user"].is_string() && !j["user"].is_null()) {
     return Invalid("user", "'user' must be a string");
   }
-  return endpoint == Endpoint::kChat ? ReadMessages(j, r.messages) : ReadPrompt(j, r);
+  if (endpoint == Endpoint::kCompletion) return ReadPrompt(j, r);
+  if (auto e = ReadMessages(j, r.messages)) return e;
+  return ReadToolFields(j, r);
 }
 
 }  // namespace
 
+ApiError InvalidField(std::string param, std::string message) {
+  return {400, std::move(message), "invalid_request_error", std::move(param), ""};
+}
+
 nlohmann::json ApiError::ToJson() const {
-  json error = {{"message", message},
-                {"type", type},
-                {"param", param.empty() ? json(nullptr) : json(param)},
-                {"code", code.empty() ? json(nullptr) : json(code)}};
+  nlohmann::json error = {
+      {"message", message},
+      {"type", type},
+      {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+      {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}};
   return {{"error", std::move(error)}};
 }
 
 ParseResult ParseCompletionRequest(std::string_view body, Endpoint endpoint) {
   ParseResult result;
-  const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  const Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     result.error = Invalid("", "the request body is not valid JSON");
     return result;

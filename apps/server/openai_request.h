@@ -12,6 +12,7 @@
 
 #include "core/chat_template.h"
 #include "core/sampler.h"
+#include "core/tools/output_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::server {
@@ -33,6 +34,8 @@ struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
   std::vector<ChatMessage> messages;       // chat
+  ChatOptions chat;                        // chat: thinking, effort, declared tools, tool choice
+  OutputSpec output;                       // chat: what the reply may be (tools, JSON)
   std::optional<std::string> prompt_text;  // completions: text ...
   std::vector<int32_t> prompt_ids;         // ... or token ids
   std::optional<int32_t> max_tokens;       // absent: the server's default

@@ -39,6 +39,10 @@ std::string LongPrompt(int ids) {
   return s + "]}";
 }
 
+const std::string kWeatherTool =
+    R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": )"
+    R"("object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})";
+
 const BadRequest kCatalogue[] = {
     {"malformed_json", "/v1/completions", R"({"prompt": )", 400, "invalid_request_error", "", "",
      "not valid JSON"},
@@ -53,9 +57,27 @@ const BadRequest kCatalogue[] = {
      "invalid_request_error", "bogus", "", "Unrecognized request argument"},
     {"unsupported_n", "/v1/completions", R"({"prompt": "x", "n": 2})", 400, "invalid_request_error",
      "n", "unsupported_parameter", "only 1"},
-    {"unsupported_tools", "/v1/chat/completions",
+    {"tool_without_function", "/v1/chat/completions",
      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400,
-     "invalid_request_error", "tools", "unsupported_parameter", "not supported"},
+     "invalid_request_error", "tools[0].function", "", "must be an object"},
+    {"tool_choice_unknown_tool", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "tools": [)" + kWeatherTool +
+         R"(], "tool_choice": {"type": "function", "function": {"name": "get_time"}}})",
+     400, "invalid_request_error", "tool_choice", "", "'get_time'"},
+    {"schema_not_an_object", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", )"
+     R"("function": {"name": "f", "parameters": "string"}}]})",
+     400, "invalid_request_error", "tools[0].function.parameters", "", "JSON schema"},
+    {"tool_message_without_id", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]})", 400,
+     "invalid_request_error", "messages[1].tool_call_id", "", "required"},
+    {"response_schema_not_an_object", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": )"
+     R"("json_schema", "json_schema": {"name": "a", "schema": true}}})",
+     400, "invalid_request_error", "response_format.json_schema.schema", "", "JSON schema"},
+    {"medium_effort", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "medium"})", 400,
+     "invalid_request_error", "reasoning_effort", "", "\"low\", \"high\" or \"max\""},
     {"missing_messages", "/v1/chat/completions", R"({"model": "m"})", 400, "invalid_request_error",
      "messages", "", "required"},
     {"unknown_role", "/v1/chat/completions",

@@ -104,7 +104,7 @@ TEST(OpenAiRequestTest, ErrorsNameTheField) {
   const ParseResult t = ParseCompletionRequest(
       R"({"messages": [{"role": "tool", "content": "x"}]})", Endpoint::kChat);
   ASSERT_TRUE(t.error);
-  EXPECT_EQ(t.error->code, "unsupported_parameter");
+  EXPECT_EQ(t.error->param, "messages[0].tool_call_id");
 }
 
 TEST(Utf8Test, APrefixEndsOnAWholeCharacter) {
