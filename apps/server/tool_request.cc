@@ -26,7 +26,8 @@ nlohmann::json DeclaredTool(const Json& tool) {
   return out;
 }
 
-std::optional<ApiError> ReadTool(const Json& tool, size_t i, CompletionRequest& r) {
+std::optional<ApiError> ReadTool(const Json& tool, size_t i, ChatOptions& chat,
+                                 OutputSpec& output) {
   const std::string where = absl::StrCat("tools[", i, "]");
   if (!tool.is_object())
     return InvalidField(where, absl::StrCat("'", where, "' must be an object"));
@@ -44,7 +45,7 @@ std::optional<ApiError> ReadTool(const Json& tool, size_t i, CompletionRequest& 
   }
   ToolSpec spec;
   spec.name = f["name"].get<std::string>();
-  for (const ToolSpec& other : r.output.tools) {
+  for (const ToolSpec& other : output.tools) {
     if (other.name == spec.name) {
       return InvalidField(where + ".function.name",
                           absl::StrCat("the tool '", spec.name, "' is declared twice"));
@@ -58,8 +59,8 @@ std::optional<ApiError> ReadTool(const Json& tool, size_t i, CompletionRequest& 
     spec.parameters = f["parameters"];
   }
   if (f.contains("strict") && f["strict"].is_boolean()) spec.strict = f["strict"].get<bool>();
-  r.output.tools.push_back(std::move(spec));
-  r.chat.tools.push_back(DeclaredTool(tool));
+  output.tools.push_back(std::move(spec));
+  chat.tools.push_back(DeclaredTool(tool));
   return std::nullopt;
 }
 
@@ -175,10 +176,7 @@ std::optional<ApiError> ReadThinking(const Json& j, CompletionRequest& r) {
 std::optional<ApiError> ReadToolFields(const Json& j, CompletionRequest& r) {
   if (auto e = ReadThinking(j, r)) return e;
   if (j.contains("tools") && !j["tools"].is_null()) {
-    if (!j["tools"].is_array()) return InvalidField("tools", "'tools' must be a list");
-    for (size_t i = 0; i < j["tools"].size(); ++i) {
-      if (auto e = ReadTool(j["tools"][i], i, r)) return e;
-    }
+    if (auto e = ReadTools(j["tools"], r.chat, r.output)) return e;
   }
   // Tools a system message declares in the conversation may be called as well.
   for (const ChatMessage& m : r.messages) {
@@ -201,6 +199,14 @@ std::optional<ApiError> ReadToolFields(const Json& j, CompletionRequest& r) {
     r.output.parallel_tool_calls = j["parallel_tool_calls"].get<bool>();
   }
   return ReadResponseFormat(j, r);
+}
+
+std::optional<ApiError> ReadTools(const Json& tools, ChatOptions& chat, OutputSpec& output) {
+  if (!tools.is_array()) return InvalidField("tools", "'tools' must be a list");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    if (auto e = ReadTool(tools[i], i, chat, output)) return e;
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> ReadToolCalls(const Json& list, const std::string& where,

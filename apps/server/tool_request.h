@@ -20,6 +20,11 @@ ApiError InvalidField(std::string param, std::string message);
 // be). The messages must have been read (dynamic declarations count as declared tools).
 std::optional<ApiError> ReadToolFields(const nlohmann::ordered_json& j, CompletionRequest& r);
 
+// A list of OpenAI tool definitions ({"type": "function", "function": {name, description,
+// parameters, strict}}): declared for rendering (chat.tools) and callable (output.tools).
+std::optional<ApiError> ReadTools(const nlohmann::ordered_json& tools, ChatOptions& chat,
+                                  OutputSpec& output);
+
 // An assistant message's `tool_calls`, at `where` (e.g. "messages[2]").
 std::optional<ApiError> ReadToolCalls(const nlohmann::ordered_json& list, const std::string& where,
                                       std::vector<ChatToolCall>& out);
