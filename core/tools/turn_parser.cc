@@ -40,9 +40,10 @@ std::string ValueJson(std::string_view type, const std::string& body) {
   if (type == "string") return JsonString(body);
   if (type == "null") return "null";
   const std::string_view trimmed = TrimJsonWhitespace(body);
-  // nlohmann skips a leading byte-order mark, which would not be valid inside the object; no
-  // JSON value starts with its first byte, so refusing that byte refuses nothing else.
-  if (!trimmed.empty() && trimmed.front() != '\xEF' &&
+  // nlohmann skips a leading byte-order mark and stops at a NUL byte, neither of which would be
+  // valid inside the object. No JSON value starts with the mark's first byte or holds a raw
+  // NUL, so refusing them refuses nothing else.
+  if (!trimmed.empty() && trimmed.front() != '\xEF' && trimmed.find('\0') == trimmed.npos &&
       nlohmann::json::accept(trimmed.begin(), trimmed.end())) {
     return std::string(trimmed);
   }
@@ -57,7 +58,8 @@ size_t CompleteUtf8Prefix(std::string_view bytes) {
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     const auto c = static_cast<unsigned char>(bytes[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    // 0xF8 and above lead nothing: whole, like any other invalid byte.
+    const size_t need = c >= 0xF8 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
     return need > back ? n - back : n;
   }
   return n;
@@ -153,8 +155,8 @@ TurnDelta TurnParser::Finish() {
   TurnDelta delta;
   if (finished_) return delta;
   finished_ = true;
+  // An unfinished header adds nothing; it stays open for ClosingIds, which must end it.
   if (in_header_) Warn("an unfinished header dropped at the end of the reply");
-  in_header_ = false;
   DropPartialCall("a call still open at the end of the reply dropped");
   Release(delta, /*all=*/true);
   Settle();
@@ -344,9 +346,10 @@ void TurnParser::EndArgument() {
 }
 
 void TurnParser::EndCall(TurnDelta& delta) {
+  state_ = State::kTools;
+  if (!call_) return;  // dropped already, at Finish
   PendingCall call = std::move(*call_);
   call_.reset();
-  state_ = State::kTools;
   if (dropping_tools_) return;
   if (!Declared(call.name)) {
     ++result_.dropped_calls;
@@ -408,6 +411,7 @@ std::vector<int32_t> TurnParser::ClosingIds() const {
   if (in_header_) {
     // The header the model began is finished first, then closed like any other state.
     TurnParser rest(*this);
+    rest.finished_ = false;
     rest.Feed(sep_);
     std::vector<int32_t> ids = {sep_};
     const std::vector<int32_t> more = rest.ClosingIds();

@@ -68,9 +68,10 @@ class TurnParser {
 
   const ParsedTurn& result() const { return result_; }
 
-  // The ids that close the turn from here the way a rendered history message closes (channels,
-  // tools block and message, then <|end_of_msg|>), for a reply cut short; none after
-  // <|end_of_msg|>. Tag names are encoded as ordinary text.
+  // The ids that close the turn from here the way a rendered history message closes (a header
+  // the model began, channels, tools block and message, then <|end_of_msg|>), for a reply cut
+  // short; none after <|end_of_msg|>. The same before and after Finish. Tag names are encoded
+  // as ordinary text.
   std::vector<int32_t> ClosingIds() const;
 
  private:

@@ -114,6 +114,7 @@ TEST(Utf8Test, APrefixEndsOnAWholeCharacter) {
   EXPECT_EQ(CompleteUtf8Prefix("\xE2\x82"), 0u);   // two of €'s three bytes
   EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x98\x80"), 4u);
   EXPECT_EQ(CompleteUtf8Prefix("\x80\x80"), 2u);  // stray continuation bytes never complete
+  EXPECT_EQ(CompleteUtf8Prefix("a\xFF"), 2u);     // nor does a byte that leads nothing
 }
 
 class ReplyTextTest : public ::testing::Test {

@@ -152,6 +152,13 @@ TEST_F(TurnParserTest, StringsAreEscapedNullIsNullAndBadJsonIsKeptAsAString) {
   // Bytes that are not UTF-8 still give valid JSON.
   const std::string a = Arguments(Arg("s", "string", "\xFF\xC3"));
   EXPECT_EQ(nlohmann::json::parse(a)["s"], "\xEF\xBF\xBD\xEF\xBF\xBD");
+  // What nlohmann alone would let through: a byte-order mark, text after a NUL.
+  EXPECT_EQ(Arguments(Arg("m", "number",
+                          "\xEF\xBB\xBF"
+                          "1") +
+                      Arg("z", "array", std::string("[1]\0x", 5))),
+            "{\"m\":\"\xEF\xBB\xBF"
+            "1\",\"z\":\"[1]\\u0000x\"}");
   // A value too large for a double is text, not an infinity.
   EXPECT_EQ(Arguments(Arg("big", "number", "1e309")), R"({"big":"1e309"})");
 }

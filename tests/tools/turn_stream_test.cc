@@ -132,6 +132,15 @@ TEST_F(TurnStreamTest, ClosingIdsAfterFinishStillCloseTheCutReply) {
   parser.Finish();
   EXPECT_EQ(parser.ClosingIds(), Ids("<|close|>response<|sep|><|close|>message<|sep|>"
                                      "<|end_of_msg|>"));
+  // Cut inside a header, which Finish dropped: it is still the first thing to end.
+  TurnParser cut(*tok_, Weather(), 1);
+  for (TokenId id : Ids("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"get_time\""
+                        "<|sep|><|close|>call")) {
+    cut.Feed(id);
+  }
+  EXPECT_TRUE(cut.Finish().tool_calls.empty());
+  EXPECT_EQ(cut.ClosingIds(), Ids("<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
+                                  "<|end_of_msg|>"));
 }
 
 }  // namespace
