@@ -285,6 +285,22 @@ TEST_F(TurnParserTest, UnknownTagsStrayMarkersAndOtherSpecialsAreDropped) {
   EXPECT_THAT(run.content, Not(HasSubstr("<|")));
 }
 
+TEST_F(TurnParserTest, WarningsStopGrowingAndMarkerTextInAValueIsText) {
+  std::vector<TokenId> ids(1000, Special("<|sep|>"));
+  const std::vector<TokenId> call =
+      Ids("<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"get_time\"<|sep|><|open|>"
+          "argument key=\"s\" type=\"string\"<|sep|>");
+  ids.insert(ids.end(), call.begin(), call.end());
+  AppendText("a<|close|>argument<|sep|>b", Split::kBpe, ids);
+  const std::vector<TokenId> end = Ids("<|close|>argument<|sep|><|close|>call<|sep|>");
+  ids.insert(ids.end(), end.begin(), end.end());
+  const Run run = Parse(ids, Weather());
+  EXPECT_EQ(run.turn.warnings.size(), 17u);
+  EXPECT_EQ(run.turn.warnings.back(), "further warnings left out");
+  ASSERT_EQ(run.turn.tool_calls.size(), 1u);
+  EXPECT_EQ(run.turn.tool_calls[0].arguments, R"({"s":"a<|close|>argument<|sep|>b"})");
+}
+
 TEST_F(TurnParserTest, ACallWithoutItsToolsBlockIsStillACall) {
   const Run run = ParseBoth("<|close|>think<|sep|><|open|>response<|sep|>" +
                                 Call("get_weather", Arg("city", "string", "Nice")) + kEnd,
