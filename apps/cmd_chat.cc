@@ -21,10 +21,10 @@
 #include "apps/generate_options.h"
 #include "apps/prompt_cache_flags.h"
 #include "apps/run_report.h"
-#include "core/chat_reply.h"
 #include "core/chat_template.h"
 #include "core/sampler.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/tools/turn_parser.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/batch_scheduler.h"
@@ -76,23 +76,24 @@ class LineReader {
 };
 
 // Streams a reply: text as it is produced, without the XTML markup; the end of the think
-// channel starts a new line so that the answer stands apart from the reasoning.
+// channel starts a new line so that the answer stands apart from the reasoning. No tools are
+// declared, so a tools block shows nothing.
 class ReplyPrinter {
  public:
-  explicit ReplyPrinter(const Tokenizer& tok) : reader_(tok) {}
-  ~ReplyPrinter() { Write(reader_.Flush()); }
+  explicit ReplyPrinter(const Tokenizer& tok) : parser_(tok, OutputSpec{}) {}
+  ~ReplyPrinter() { Write(parser_.Finish()); }
 
-  void Print(int32_t id) { Write(reader_.Add(id)); }
+  void Print(int32_t id) { Write(parser_.Feed(id)); }
 
  private:
-  static void Write(const ChatReplyReader::Delta& d) {
-    std::fwrite(d.think.data(), 1, d.think.size(), stdout);
-    if (d.think_closed) std::fputc('\n', stdout);
-    std::fwrite(d.response.data(), 1, d.response.size(), stdout);
+  static void Write(const TurnDelta& d) {
+    std::fwrite(d.reasoning.data(), 1, d.reasoning.size(), stdout);
+    if (d.reasoning_ended) std::fputc('\n', stdout);
+    std::fwrite(d.content.data(), 1, d.content.size(), stdout);
     std::fflush(stdout);
   }
 
-  ChatReplyReader reader_;
+  TurnParser parser_;
 };
 
 struct ChatSettings {

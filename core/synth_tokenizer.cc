@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/tokenizer/tiktoken_file.h"
 #include "nlohmann/json.hpp"
 
 namespace k3 {
@@ -181,6 +182,20 @@ SynthTokenizerFiles MakeSynthTokenizer(int64_t vocab_size) {
   }
   out.tokenizer_config_json = config.dump(2) + "\n";
   return out;
+}
+
+absl::StatusOr<Tokenizer> MakeSynthTokenizerInMemory(int64_t vocab_size) {
+  const SynthTokenizerFiles files = MakeSynthTokenizer(vocab_size);
+  auto ranked = tokenizer_internal::ParseTiktokenModel(files.tiktoken_model, "tiktoken.model");
+  if (!ranked.ok()) return ranked.status();
+  auto added =
+      tokenizer_internal::ParseAddedTokens(files.tokenizer_config_json, "tokenizer_config.json");
+  if (!added.ok()) return added.status();
+  std::vector<std::pair<std::string, TokenId>> ranks;
+  for (auto& r : *ranked) ranks.emplace_back(std::move(r.bytes), static_cast<TokenId>(r.rank));
+  std::vector<std::pair<TokenId, std::string>> specials;
+  for (auto& [id, text] : *added) specials.emplace_back(static_cast<TokenId>(id), std::move(text));
+  return Tokenizer::Create(std::move(ranks), std::move(specials));
 }
 
 }  // namespace k3

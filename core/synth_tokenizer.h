@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "core/tokenizer/tokenizer.h"
+
 namespace k3 {
 
 struct SynthTokenizerFiles {
@@ -19,5 +22,9 @@ struct SynthTokenizerFiles {
 // vocab_size >= 512: ranks fill vocab_size - 256 ids and the top 256 ids are the reserved
 // special block (K3 names at K3 offsets). 256 <= vocab_size < 512: byte tokens only.
 SynthTokenizerFiles MakeSynthTokenizer(int64_t vocab_size);
+
+// The tokenizer those files describe, read through the same parsers as a checkpoint's but from
+// memory: for tests and fuzz targets that need the K3 special block and no model.
+absl::StatusOr<Tokenizer> MakeSynthTokenizerInMemory(int64_t vocab_size);
 
 }  // namespace k3

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "core/synth_tokenizer.h"
-#include "core/tokenizer/tiktoken_file.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/tokenizer/test_vocab.h"
 
@@ -35,16 +34,7 @@ k3::Tokenizer TestVocabTokenizer() {
 
 // What `k3 synth` writes for a 4096-token model, read through the file parsers.
 k3::Tokenizer SynthTokenizer() {
-  k3::SynthTokenizerFiles files = k3::MakeSynthTokenizer(4096);
-  auto ranked = k3::tokenizer_internal::ParseTiktokenModel(files.tiktoken_model, "tiktoken.model");
-  auto added = k3::tokenizer_internal::ParseAddedTokens(files.tokenizer_config_json,
-                                                        "tokenizer_config.json");
-  if (!ranked.ok() || !added.ok()) std::abort();
-  std::vector<std::pair<std::string, k3::TokenId>> ranks;
-  for (auto& r : *ranked) ranks.emplace_back(std::move(r.bytes), static_cast<int>(r.rank));
-  std::vector<std::pair<k3::TokenId, std::string>> specials;
-  for (auto& [id, text] : *added) specials.emplace_back(static_cast<int>(id), std::move(text));
-  auto tok = k3::Tokenizer::Create(std::move(ranks), std::move(specials));
+  auto tok = k3::MakeSynthTokenizerInMemory(4096);
   if (!tok.ok()) std::abort();
   return *std::move(tok);
 }

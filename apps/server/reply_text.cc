@@ -1,13 +1,20 @@
 #include "apps/server/reply_text.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace k3::server {
+
+ReplyText::ReplyText(const Tokenizer& tokenizer, OutputSpec spec, std::vector<int32_t> stop_ids,
+                     std::vector<std::string> stop_strings, std::optional<uint64_t> id_seed)
+    : tok_(tokenizer), stop_ids_(std::move(stop_ids)), stops_(std::move(stop_strings)) {
+  chat_.emplace(tokenizer, std::move(spec), id_seed);
+}
 
 ReplyText::ReplyText(const Tokenizer& tokenizer, bool chat, std::vector<int32_t> stop_ids,
                      std::vector<std::string> stop_strings)
     : tok_(tokenizer), stop_ids_(std::move(stop_ids)), stops_(std::move(stop_strings)) {
-  if (chat) chat_.emplace(tokenizer);
+  if (chat) chat_.emplace(tokenizer, OutputSpec{});
 }
 
 ReplyText::Delta ReplyText::Add(int32_t id) {
@@ -15,8 +22,10 @@ ReplyText::Delta ReplyText::Add(int32_t id) {
     return {};
   }
   if (chat_) {
-    ChatReplyReader::Delta d = chat_->Add(id);
-    return Release(std::move(d.response), std::move(d.think), false);
+    TurnDelta d = chat_->Feed(id);
+    Delta out = Release(std::move(d.content), std::move(d.reasoning), false);
+    out.tool_calls = std::move(d.tool_calls);
+    return out;
   }
   auto bytes = tok_.TokenBytes(id);
   if (bytes.ok()) raw_pending_.append(bytes->data(), bytes->size());
@@ -28,16 +37,26 @@ ReplyText::Delta ReplyText::Add(int32_t id) {
 
 ReplyText::Delta ReplyText::Finish() {
   if (stopped_) return {};
-  std::string content, reasoning;
   if (chat_) {
-    ChatReplyReader::Delta d = chat_->Flush();
-    content = std::move(d.response);
-    reasoning = std::move(d.think);
-  } else {
-    content = std::move(raw_pending_);
-    raw_pending_.clear();
+    TurnDelta d = chat_->Finish();
+    Delta out = Release(std::move(d.content), std::move(d.reasoning), true);
+    out.tool_calls = std::move(d.tool_calls);
+    return out;
   }
-  return Release(std::move(content), std::move(reasoning), true);
+  std::string content = std::move(raw_pending_);
+  raw_pending_.clear();
+  return Release(std::move(content), {}, true);
+}
+
+ParsedTurn ReplyText::result() const {
+  if (!chat_) return {};
+  ParsedTurn turn = chat_->result();
+  if (content_.empty() && !turn.tool_calls.empty()) {
+    turn.content.reset();
+  } else {
+    turn.content = content_;
+  }
+  return turn;
 }
 
 ReplyText::Delta ReplyText::Release(std::string content, std::string reasoning, bool final) {
@@ -49,6 +68,7 @@ ReplyText::Delta ReplyText::Release(std::string content, std::string reasoning, 
   for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
   if (cut != std::string::npos) {
     out.content = held_.substr(0, cut);
+    content_ += out.content;
     held_.clear();
     stopped_ = true;
     return out;
@@ -68,6 +88,7 @@ ReplyText::Delta ReplyText::Release(std::string content, std::string reasoning, 
   size_t release = held_.size() - keep;
   release = CompleteUtf8Prefix(std::string_view(held_).substr(0, release));
   out.content = held_.substr(0, release);
+  content_ += out.content;
   held_.erase(0, release);
   return out;
 }

@@ -9,8 +9,8 @@
 #include "apps/server/generation_service.h"
 #include "apps/server/openai_request.h"
 #include "apps/server/reply_text.h"
-#include "core/chat_reply.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/tools/turn_parser.h"
 #include "tests/util/tiny_model.h"
 
 namespace k3::server {
@@ -114,6 +114,7 @@ TEST(Utf8Test, APrefixEndsOnAWholeCharacter) {
   EXPECT_EQ(CompleteUtf8Prefix("\xE2\x82"), 0u);   // two of €'s three bytes
   EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x98\x80"), 4u);
   EXPECT_EQ(CompleteUtf8Prefix("\x80\x80"), 2u);  // stray continuation bytes never complete
+  EXPECT_EQ(CompleteUtf8Prefix("a\xFF"), 2u);     // nor does a byte that leads nothing
 }
 
 class ReplyTextTest : public ::testing::Test {
@@ -178,6 +179,61 @@ TEST_F(ReplyTextTest, AChatReplySplitsIntoReasoningAndContent) {
   content += r.Finish().content;
   EXPECT_EQ(reasoning, "let me think");
   EXPECT_EQ(content, "Hi!");
+}
+
+TEST_F(ReplyTextTest, AChatReplyWithToolsCarriesItsCallsAndStopStringsCutOnlyContent) {
+  OutputSpec spec;
+  spec.tools.push_back({.name = "get_time"});
+  // Markers as special ids, as the model samples them; the rest ordinary text.
+  const std::vector<int32_t> ids =
+      Ids("END here<|close|>think<|sep|><|open|>response<|sep|>It is<|close|>response<|sep|>"
+          "<|open|>tools<|sep|><|open|>call tool=\"get_time\" index=\"1\"<|sep|><|open|>"
+          "argument key=\"tz\" type=\"string\"<|sep|>UTC<|close|>argument<|sep|><|close|>call"
+          "<|sep|><|close|>tools<|sep|><|close|>message<|sep|>");
+  ReplyText r(*tok_, spec, {}, {"END", "zz"}, /*id_seed=*/3);
+  std::string reasoning, content;
+  std::vector<ToolCall> calls;
+  for (int32_t id : ids) {
+    ReplyText::Delta d = r.Add(id);
+    reasoning += d.reasoning;
+    content += d.content;
+    calls.insert(calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+  }
+  ReplyText::Delta last = r.Finish();
+  content += last.content;
+  EXPECT_TRUE(last.tool_calls.empty());
+  EXPECT_EQ(reasoning, "END here");
+  EXPECT_EQ(content, "It is");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].arguments, R"({"tz":"UTC"})");
+  const ParsedTurn turn = r.result();
+  EXPECT_EQ(turn.content, "It is");
+  ASSERT_EQ(turn.tool_calls.size(), 1u);
+  EXPECT_EQ(turn.tool_calls[0].id, calls[0].id);
+  EXPECT_EQ(turn.FinishReason(false), "tool_calls");
+  EXPECT_FALSE(r.stopped());
+}
+
+TEST_F(ReplyTextTest, AChatReplyCutAtAStopStringAndOneWithNoContent) {
+  ReplyText cut(*tok_, OutputSpec{}, {}, {"is"});
+  for (int32_t id : Ids("r<|close|>think<|sep|>This is it")) cut.Add(id);
+  cut.Finish();
+  EXPECT_TRUE(cut.stopped());
+  EXPECT_EQ(cut.result().content, "Th");
+  EXPECT_EQ(cut.result().reasoning_content, "r");
+  OutputSpec spec;
+  spec.tools.push_back({.name = "f"});
+  ReplyText calls(*tok_, spec, {}, {});
+  for (int32_t id : Ids("<|open|>tools<|sep|><|open|>call tool=\"f\"<|sep|><|close|>call<|sep|>")) {
+    calls.Add(id);
+  }
+  calls.Finish();
+  EXPECT_EQ(calls.result().content, std::nullopt);
+  EXPECT_EQ(calls.result().tool_calls.size(), 1u);
+  // A completion has no parse.
+  ReplyText raw(*tok_, /*chat=*/false, {}, {});
+  raw.Add(Ids("x")[0]);
+  EXPECT_TRUE(raw.result().tool_calls.empty());
 }
 
 class GenerationServiceTest : public testing::TinyModelSuite {
