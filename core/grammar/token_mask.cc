@@ -95,8 +95,8 @@ absl::StatusOr<std::unique_ptr<GrammarConstraint>> GrammarConstraint::ForOutput(
 }
 
 const std::vector<uint64_t>& GrammarConstraint::Walk() {
-  if (auto it = allowed_.find(state_); it != allowed_.end()) return it->second;
   if (!cache_masks_ || allowed_.size() >= static_cast<size_t>(kMaxCachedMasks)) allowed_.clear();
+  if (auto it = allowed_.find(state_); it != allowed_.end()) return it->second;
   std::vector<uint64_t>& bits = allowed_[state_];
   bits.assign((trie_->vocab_size() + 63) / 64, 0);
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
