@@ -82,9 +82,7 @@ absl::StatusOr<std::shared_ptr<const TokenTrie>> TokenTrie::Build(const Tokenize
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const TokenTrie> trie)
-    : trie_(std::move(trie)), matcher_(std::move(grammar)), state_(matcher_.start()) {
-  node_state_.resize(trie_->nodes().size());
-}
+    : trie_(std::move(trie)), matcher_(std::move(grammar)), state_(matcher_.start()) {}
 
 absl::StatusOr<std::unique_ptr<GrammarConstraint>> GrammarConstraint::ForOutput(
     const OutputSpec& spec, std::shared_ptr<const TokenTrie> trie) {
@@ -101,15 +99,19 @@ const std::vector<uint64_t>& GrammarConstraint::Walk() {
   bits.assign((trie_->vocab_size() + 63) / 64, 0);
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& tokens = trie_->tokens();
-  node_state_[0] = state_;
+  // The State at each trie node, per thread rather than per request: K3's trie has about a
+  // million nodes, and a thread masks one request at a time.
+  thread_local std::vector<Matcher::State> node_state;
+  node_state.resize(nodes.size());
+  node_state[0] = state_;
   for (size_t i = 1; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
-    const Matcher::State next = matcher_.Next(node_state_[n.parent], n.byte);
+    const Matcher::State next = matcher_.Next(node_state[n.parent], n.byte);
     if (next == Matcher::kDead) {
       i = n.end;  // no token through this byte
       continue;
     }
-    node_state_[i] = next;
+    node_state[i] = next;
     for (int32_t t = n.first_token; t < n.last_token; ++t) SetBit(bits, tokens[t]);
     ++i;
   }

@@ -73,7 +73,7 @@ class GrammarConstraint : public TokenConstraint {
   static constexpr int kMaxStates = 16384;
   // Masks kept per State (a bit per token, 20 KB with K3's vocabulary): a turn revisits few
   // States (inside a string, a number, a key), and a known one costs no walk.
-  static constexpr int kMaxCachedMasks = 1024;
+  static constexpr int kMaxCachedMasks = 256;
 
   GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
   // The constraint of one turn (output_grammar.h); fails on a spec CheckOutputSpec refuses.
@@ -102,7 +102,6 @@ class GrammarConstraint : public TokenConstraint {
   Matcher::State state_;
   bool failed_ = false;
   bool cache_masks_ = true;
-  std::vector<Matcher::State> node_state_;  // Walk's scratch, per trie node
   absl::flat_hash_map<Matcher::State, std::vector<uint64_t>> allowed_;
 };
 
