@@ -1,11 +1,14 @@
 // BatchRequest::constraint (pipeline/batch_scheduler.h): the scheduler masks each row before
-// sampling and reports each sampled token; without a constraint nothing changes.
+// sampling and reports each sampled token; without a constraint nothing changes; the demo
+// model under a grammar constraint writes a valid turn.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "core/grammar/token_mask.h"
 #include "pipeline/batch_scheduler.h"
+#include "tests/grammar/grammar_test_util.h"
 #include "tests/util/tiny_model.h"
 
 namespace k3 {
@@ -105,6 +108,51 @@ TEST_F(BatchHookTest, AConstraintThatAllowsOneIdYieldsOnlyIt) {
     for (size_t i = 0; i < free.logits.size(); ++i) {
       EXPECT_TRUE(::k3::testing::BitIdentical(again.logits[i], free.logits[i])) << i;
     }
+  }
+}
+
+// The demo model (random weights, one layer) with the demo tokenizer, constrained to a JSON
+// schema response: whatever it prefers, the turn comes out whole and valid.
+class ConstrainedDemoTest : public ::k3::grammar::testing::DemoVocab {};
+
+TEST_F(ConstrainedDemoTest, TheDemoModelWritesAValidJsonResponse) {
+  EngineOptions o;
+  o.model_dir = demo().dir.path();
+  o.max_context = 128;
+  o.memory.preset = "ultra";  // the smallest plan: the two-layer demo is below the others
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  OutputSpec spec;
+  spec.thinking = false;
+  spec.response_format = ResponseFormat::kJsonSchema;
+  spec.response_schema = nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"unit":{"enum":["C","F"]},"ok":{"type":"boolean"}},
+          "required":["unit","ok"]})");
+  const TokenId end = Special(grammar::kEndOfMsg);
+  for (const bool greedy : {true, false}) {
+    auto constraint = grammar::GrammarConstraint::ForOutput(spec, trie());
+    ASSERT_TRUE(constraint.ok()) << constraint.status();
+    BatchRequest r;
+    r.prompt = Ids("<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>");
+    r.max_tokens = 60;
+    r.stop_ids = {end};
+    r.sampler.greedy = greedy;
+    r.sampler.temperature = 1.0;
+    r.sampler.seed = 9;
+    std::shared_ptr<grammar::GrammarConstraint> c = *std::move(constraint);
+    r.constraint = c;
+    auto result = RunSequence(**engine, r, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->finish, FinishReason::kStop);
+    EXPECT_TRUE(c->finished());
+    EXPECT_FALSE(c->failed());
+    auto text = tok().Decode(result->ids);
+    ASSERT_TRUE(text.ok());
+    const std::string tail = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    ASSERT_TRUE(text->ends_with(tail)) << *text;
+    const auto body = nlohmann::json::parse(text->substr(0, text->size() - tail.size()));
+    EXPECT_TRUE(body["unit"] == "C" || body["unit"] == "F") << *text;
+    EXPECT_TRUE(body["ok"].is_boolean()) << *text;
   }
 }
 

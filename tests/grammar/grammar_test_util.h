@@ -92,7 +92,8 @@ struct Demo {
     SynthOptions opt;
     opt.preset = "demo";
     opt.out_dir = dir.path();
-    opt.overrides = {{"num_hidden_layers", "1"}, {"full_attn_layers", "1"}};
+    // Two layers: the first is dense, so the second gives the engine experts to stream.
+    opt.overrides = {{"num_hidden_layers", "2"}, {"full_attn_layers", "2"}};
     const auto synth = Synthesize(opt);
     EXPECT_TRUE(synth.ok()) << synth.status();
     auto loaded = Tokenizer::Load(dir.path());
