@@ -163,7 +163,7 @@ void GrammarConstraint::Accept(int32_t id) {
     return;
   }
   state_ = next;
-  if (matcher_.num_states() > kMaxStates) {
+  if (matcher_.num_states() > max_states_) {
     state_ = matcher_.Compact(state_);
     allowed_.clear();
   }

@@ -92,6 +92,8 @@ class GrammarConstraint : public TokenConstraint {
   bool free_text() { return !failed_ && matcher_.FreeText(state_); }
   // Off: every Mask walks the trie (for the benchmark's cold figure).
   void set_cache_masks(bool on) { cache_masks_ = on; }
+  // Lowers kMaxStates (tests: to make the matcher forget often).
+  void set_max_states(int n) { max_states_ = n; }
 
  private:
   // The allowed ids of the current State (not free text) as a bitset, cached per State.
@@ -102,6 +104,7 @@ class GrammarConstraint : public TokenConstraint {
   Matcher::State state_;
   bool failed_ = false;
   bool cache_masks_ = true;
+  int max_states_ = kMaxStates;
   absl::flat_hash_map<Matcher::State, std::vector<uint64_t>> allowed_;
 };
 
