@@ -169,7 +169,7 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
       continue;
     }
     BatchResult& r = seq.result;
-    const std::span<const float> row(logits_.data() + s * vocab, vocab);
+    const std::span<float> row(logits_.data() + s * vocab, vocab);
     if (chunk[owner[s]] > 0) {
       if (seq.request.keep_prompt_state && on_prompt_state_) on_prompt_state_(r.index, seq.state);
       if (on_prompt_end_) on_prompt_end_(r.index, row);
@@ -178,7 +178,9 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
       done[owner[s]] = FinishReason::kLength;
       continue;
     }
+    if (seq.request.constraint) seq.request.constraint->Mask(row);
     const int32_t id = seq.sampler.Sample(row);
+    if (seq.request.constraint) seq.request.constraint->Accept(id);
     if (r.ids.empty()) r.first_token_at = now;
     r.ids.push_back(id);
     ++totals_.sampled_tokens;
