@@ -10,6 +10,7 @@
 #include "apps/server/http_server.h"
 #include "apps/server/reply_text.h"
 #include "core/chat_template.h"
+#include "core/grammar/token_mask.h"
 #include "httplib.h"
 
 namespace k3::server {
@@ -32,8 +33,15 @@ std::string NewId(Endpoint endpoint) {
 // The text and tokens that came since the last look.
 struct Piece {
   std::string content, reasoning;
+  std::vector<ToolCall> tool_calls;
   std::vector<int32_t> ids;
 };
+
+void Take(ReplyText::Delta d, Piece& piece) {
+  piece.content += d.content;
+  piece.reasoning += d.reasoning;
+  for (ToolCall& call : d.tool_calls) piece.tool_calls.push_back(std::move(call));
+}
 
 // Follows one job: its tokens turned into text, a stop string ending it early.
 class Follower {
@@ -49,27 +57,27 @@ class Follower {
       if (text_.stopped()) break;
       piece.ids.push_back(id);
       ++ids_;
-      ReplyText::Delta d = text_.Add(id);
-      piece.content += d.content;
-      piece.reasoning += d.reasoning;
+      Take(text_.Add(id), piece);
     }
     if (text_.stopped()) {
       job_->Cancel();  // the rest of the reply is not wanted
       return true;
     }
     if (!last_.done) return false;
-    ReplyText::Delta d = text_.Finish();
-    piece.content += d.content;
-    piece.reasoning += d.reasoning;
+    Take(text_.Finish(), piece);
     return true;
   }
 
   Job& job() { return *job_; }
+  bool has_tool_calls() const { return !text_.result().tool_calls.empty(); }
   // An engine error, unless a stop string had ended the reply before it.
   absl::Status status() const { return text_.stopped() ? absl::OkStatus() : last_.status; }
-  const char* finish_reason() const {
+  std::string finish_reason() const {
+    if (!text_.result().tool_calls.empty()) return "tool_calls";
     return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
   }
+  // Why markup of the reply was dropped (a call to an undeclared tool, a cut call), for the log.
+  std::vector<std::string> warnings() const { return text_.result().warnings; }
   json Usage() const {
     return {{"prompt_tokens", last_.prompt_tokens},
             {"completion_tokens", ids_},
@@ -85,6 +93,19 @@ class Follower {
   Job::Progress last_;
 };
 
+// OpenAI's tool_calls: in a message, or (with `index`) in a stream's delta.
+json ToolCalls(const std::vector<ToolCall>& calls, bool chunk) {
+  json out = json::array();
+  for (const ToolCall& call : calls) {
+    json c = {{"id", call.id},
+              {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (chunk) c["index"] = call.index;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 // One choice of an answer or of a stream chunk.
 json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
   json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
@@ -93,7 +114,10 @@ json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
   } else {
     json message = chunk ? json::object() : json{{"role", "assistant"}};
     if (!chunk || !piece.content.empty()) message["content"] = piece.content;
+    // A reply that is only calls has null content, as the API gives it.
+    if (!chunk && piece.content.empty() && !piece.tool_calls.empty()) message["content"] = nullptr;
     if (!piece.reasoning.empty()) message["reasoning_content"] = piece.reasoning;
+    if (!piece.tool_calls.empty()) message["tool_calls"] = ToolCalls(piece.tool_calls, chunk);
     c[chunk ? "delta" : "message"] = std::move(message);
   }
   if (with_ids) c["token_ids"] = piece.ids;
@@ -101,6 +125,25 @@ json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
 }
 
 }  // namespace
+
+// With tools or a JSON response format, every token of the reply is sampled under the turn's
+// grammar (core/grammar), so that what comes back parses and validates.
+std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
+                                              BatchRequest& batch) const {
+  if (r.endpoint != Endpoint::kChat || !r.output.constrained()) return std::nullopt;
+  const std::string param = r.output.tools.empty() ? "response_format" : "tools";
+  if (trie_ == nullptr) {
+    return ApiError{400, "this model's tokenizer cannot constrain output: " + trie_error_,
+                    "invalid_request_error", param, ""};
+  }
+  auto constraint = grammar::GrammarConstraint::ForOutput(r.output, trie_);
+  if (!constraint.ok()) {
+    return ApiError{400, std::string(constraint.status().message()), "invalid_request_error", param,
+                    ""};
+  }
+  batch.constraint = std::shared_ptr<grammar::GrammarConstraint>(*std::move(constraint));
+  return std::nullopt;
+}
 
 std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,
                                            std::vector<int32_t>& ids) const {
@@ -133,6 +176,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   const CompletionRequest& r = *parsed.request;
   BatchRequest batch;
   if (auto error = Prompt(r, batch.prompt)) return SendError(res, *error);
+  if (auto error = Constrain(r, batch)) return SendError(res, *error);
   batch.max_tokens = r.max_tokens.value_or(options_.default_max_tokens);
   batch.sampler = r.sampler;
   if (!r.seeded)
@@ -148,8 +192,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     if (error.http_status == 429) res.set_header("Retry-After", "1");
     return SendError(res, error);
   }
-  auto follower = std::make_shared<Follower>(
-      *job, ReplyText(tok_, endpoint == Endpoint::kChat, stop_ids, r.stop));
+  auto follower = std::make_shared<Follower>(*job, endpoint == Endpoint::kChat
+                                                       ? ReplyText(tok_, r.output, stop_ids, r.stop)
+                                                       : ReplyText(tok_, false, stop_ids, r.stop));
   json head = {{"id", NewId(endpoint)},
                {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -199,7 +244,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         for (bool over = false; ok && !over;) {
           Piece piece;
           over = follower->Next(piece, kHeartbeat);
-          if (!piece.content.empty() || !piece.reasoning.empty() ||
+          if (!piece.content.empty() || !piece.reasoning.empty() || !piece.tool_calls.empty() ||
               (with_ids && !piece.ids.empty()) || (first && over)) {
             ok = send_piece(piece);
           } else if (!over) {

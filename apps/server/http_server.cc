@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "apps/server/http_internal.h"
+#include "core/grammar/token_mask.h"
 #include "httplib.h"
 
 namespace k3::server {
@@ -53,6 +54,11 @@ HttpServer::HttpServer(GenerationService& service, const Tokenizer& tokenizer,
       options_(options),
       http_(std::make_unique<httplib::Server>()),
       counters_(std::make_unique<Counters>()) {
+  if (auto trie = grammar::TokenTrie::Build(tokenizer); trie.ok()) {
+    trie_ = *std::move(trie);
+  } else {
+    trie_error_ = std::string(trie.status().message());
+  }
   Routes();
 }
 

@@ -25,6 +25,10 @@ class Request;
 class Response;
 }  // namespace httplib
 
+namespace k3::grammar {
+class TokenTrie;
+}  // namespace k3::grammar
+
 namespace k3::server {
 
 struct ServerOptions {
@@ -54,12 +58,16 @@ class HttpServer {
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
+  std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;
   std::string Metrics() const;
 
   GenerationService& service_;
   const Tokenizer& tok_;
   std::vector<int32_t> stop_ids_;
   int vocab_size_;
+  // The vocabulary as a byte trie, for constrained decoding (null if it cannot be built).
+  std::shared_ptr<const grammar::TokenTrie> trie_;
+  std::string trie_error_;
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Counters> counters_;

@@ -1,6 +1,7 @@
 #include "apps/server/tool_request.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/grammar/json_schema.h"
 
 namespace k3::server {
 namespace {
@@ -59,6 +60,12 @@ std::optional<ApiError> ReadTool(const Json& tool, size_t i, ChatOptions& chat,
     spec.parameters = f["parameters"];
   }
   if (f.contains("strict") && f["strict"].is_boolean()) spec.strict = f["strict"].get<bool>();
+  if (spec.strict) {
+    const std::string param = where + ".function.parameters";
+    if (absl::Status s = grammar::CheckToolParameters(spec.parameters, param); !s.ok()) {
+      return InvalidField(param, std::string(s.message()));
+    }
+  }
   output.tools.push_back(std::move(spec));
   chat.tools.push_back(DeclaredTool(tool));
   return std::nullopt;
@@ -128,6 +135,10 @@ std::optional<ApiError> ReadResponseFormat(const Json& j, CompletionRequest& r) 
   }
   r.output.response_format = ResponseFormat::kJsonSchema;
   r.output.response_schema = v["json_schema"]["schema"];
+  const std::string param = "response_format.json_schema.schema";
+  if (absl::Status s = grammar::CheckResponseSchema(r.output.response_schema, param); !s.ok()) {
+    return InvalidField(param, std::string(s.message()));
+  }
   return std::nullopt;
 }
 
