@@ -82,6 +82,8 @@ ABSL_FLAG(std::string, dump_logits, "",
           "Write the logits at the last prompt position (raw little-endian float32, vocab_size "
           "values).");
 ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
+ABSL_FLAG(std::string, tools, "",
+          "chat: a JSON file of OpenAI tool definitions the model may call (docs/TOOLS.md).");
 ABSL_FLAG(std::string, history, "",
           "Save the conversation to this JSON file after every turn; resume it when the file "
           "exists.");
@@ -245,6 +247,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_tokenizer), kSamples | kServe},
       {F(FLAGS_dump_logits), kGenerate},
       {F(FLAGS_system), kChat},
+      {F(FLAGS_tools), kChat},
       {F(FLAGS_history), kChat},
       {F(FLAGS_prompts), kGenerate},
       {F(FLAGS_batch), kGenerate | kServe},

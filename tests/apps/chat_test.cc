@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "core/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/tools/turn_parser.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/temp_dir.h"
@@ -68,14 +69,25 @@ class ChatTest : public ::testing::Test {
     return *ids;
   }
 
-  // What must close a reply before the next message: <|end_of_msg|>, after the last token
-  // when the reply did not end at a stop token (that token was shown but never run).
+  // What must close a reply before the next message: the last token when the reply did not
+  // end at a stop token (it was shown but never run), then what closes the channels and the
+  // message the reply left open (core/tools/turn_parser.h), ending <|close|>message<|sep|>
+  // <|end_of_msg|>.
   Ids Closing(const Ids& reply) {
     auto tok = Tokenizer::Load(Model());
     const int32_t eom = *tok->SpecialTokenId("<|end_of_msg|>");
     const int32_t eos = *tok->SpecialTokenId("[EOS]");
-    if (reply.empty() || reply.back() == eom || reply.back() == eos) return {eom};
-    return {reply.back(), eom};
+    const bool stopped = !reply.empty() && (reply.back() == eom || reply.back() == eos);
+    TurnParser parser(*tok, OutputSpec{});
+    for (size_t i = 0; i + (stopped ? 1 : 0) < reply.size(); ++i) parser.Feed(reply[i]);
+    Ids closing = stopped || reply.empty() ? Ids{} : Ids{reply.back()};
+    const Ids tail = parser.ClosingIds();
+    closing.insert(closing.end(), tail.begin(), tail.end());
+    Ids message_end = {*tok->SpecialTokenId("<|close|>")};
+    for (int32_t id : tok->Encode("message", false)) message_end.push_back(id);
+    message_end.insert(message_end.end(), {*tok->SpecialTokenId("<|sep|>"), eom});
+    EXPECT_TRUE(std::equal(message_end.rbegin(), message_end.rend(), closing.rbegin()));
+    return closing;
   }
 
   static testing::TempDir* models_;
