@@ -102,6 +102,30 @@ absl::Status ReadToolsFile(const std::string& path, ChatSettings& s) {
   return absl::OkStatus();
 }
 
+// --tool-choice: auto, required, none or the name of a declared tool, as the API's tool_choice.
+absl::Status ReadToolChoice(const std::string& choice, ChatSettings& s) {
+  if (choice == "auto") return absl::OkStatus();
+  if (s.output.tools.empty()) {
+    return absl::InvalidArgumentError("--tool-choice " + choice + " needs --tools FILE");
+  }
+  s.render.tool_choice = choice;  // required and none render a tool-choice message
+  if (choice == "required") {
+    s.output.tool_choice = ToolChoice::kRequired;
+  } else if (choice == "none") {
+    s.output.tool_choice = ToolChoice::kNone;
+  } else {
+    const bool declared = std::any_of(s.output.tools.begin(), s.output.tools.end(),
+                                      [&](const ToolSpec& t) { return t.name == choice; });
+    if (!declared) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tool-choice ", choice, ": not auto, required, none or a tool of --tools"));
+    }
+    s.output.tool_choice = ToolChoice::kNamed;
+    s.output.named_tool = choice;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChatSettings> ReadSettings() {
   ChatSettings s;
   s.n_predict = absl::GetFlag(FLAGS_n_predict);
@@ -115,6 +139,7 @@ absl::StatusOr<ChatSettings> ReadSettings() {
   s.quiet = absl::GetFlag(FLAGS_quiet);
   if (absl::Status st = CheckHistoryPath(s.history_path); !st.ok()) return st;
   if (absl::Status st = ReadToolsFile(absl::GetFlag(FLAGS_tools), s); !st.ok()) return st;
+  if (absl::Status st = ReadToolChoice(absl::GetFlag(FLAGS_tool_choice), s); !st.ok()) return st;
   return s;
 }
 
@@ -269,7 +294,8 @@ const Subcommand& ChatCommand() {
       "talk with the model in the terminal (Kimi chat template)",
       "chat [--model DIR] [--system TEXT] [--history FILE] [--n-predict N]\n"
       "            [--greedy | --temp X --top-p P --top-k K --seed S] [--report-json FILE]\n"
-      "            [--prompt-cache DIR] [--tools FILE] [engine flags as for k3 generate]",
+      "            [--prompt-cache DIR] [--tools FILE [--tool-choice C]]\n"
+      "            [engine flags as for k3 generate]",
       "A conversation with the Kimi K3 chat template. Each line read from stdin (a terminal or\n"
       "a pipe) is a user message; the reply streams to stdout and ends at <|end_of_msg|>,\n"
       "[EOS] or --n-predict tokens. The sequence state is kept between turns, so a turn runs\n"
@@ -293,6 +319,8 @@ const Subcommand& ChatCommand() {
       "list): replies sample under the grammar of a tool call (arguments valid for their\n"
       "schemas); each call is printed as [call NAME ARGUMENTS] and the chat asks for its result\n"
       "(\"result of NAME> \", a line), which goes back to the model as a tool message.\n"
+      "--tool-choice auto (default), required (every reply calls a tool, complete within\n"
+      "--n-predict), none, or a tool's name (every reply calls that tool).\n"
       "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
       "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
       kChat,

@@ -84,6 +84,8 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
 ABSL_FLAG(std::string, tools, "",
           "chat: a JSON file of OpenAI tool definitions the model may call (docs/TOOLS.md).");
+ABSL_FLAG(std::string, tool_choice, "auto",
+          "chat with --tools: auto, required, none, or the name of the tool every reply calls.");
 ABSL_FLAG(std::string, history, "",
           "Save the conversation to this JSON file after every turn; resume it when the file "
           "exists.");
@@ -248,6 +250,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_dump_logits), kGenerate},
       {F(FLAGS_system), kChat},
       {F(FLAGS_tools), kChat},
+      {F(FLAGS_tool_choice), kChat},
       {F(FLAGS_history), kChat},
       {F(FLAGS_prompts), kGenerate},
       {F(FLAGS_batch), kGenerate | kServe},

@@ -141,10 +141,12 @@ inline json NodeClients(const ServeProcess& s, const json& requests) {
   const char* build = std::getenv("K3_BUILD_DIR");
   const std::string oracle = std::string(build != nullptr ? build : "build") + "/oracle";
   const std::string script = testing::SourcePath("tests/apps/serve_client.cjs");
-  if (!std::ifstream(oracle + "/node_modules/openai/package.json")) {
-    ADD_FAILURE() << "the npm package openai is not in " << oracle
-                  << " (scripts/setup-deps.sh installs it)";
-    return json::array();
+  for (const char* package : {"openai", "ajv"}) {
+    if (!std::ifstream(oracle + "/node_modules/" + package + "/package.json")) {
+      ADD_FAILURE() << "the npm package " << package << " is not in " << oracle
+                    << " (scripts/setup-deps.sh installs it)";
+      return json::array();
+    }
   }
   TempDir io;
   std::ofstream(io / "requests.json") << requests.dump();

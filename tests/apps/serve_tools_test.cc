@@ -1,0 +1,174 @@
+// k3 serve as an agent backend, with the OpenAI Node SDK: tool calls under every tool choice
+// and JSON responses, streamed (through the SDK's own assembler) and not, validated with ajv
+// against their schemas; and a round trip of call, result and next turn whose prompt is the
+// renderer's exact tokens. The demo model has random weights: only the grammar makes its
+// calls valid.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "tests/apps/serve_harness.h"
+
+namespace k3 {
+namespace {
+
+using testing::json;
+using testing::ServeProcess;
+
+const json kTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+   "parameters": {"type": "object", "properties": {
+     "city": {"type": "string"}, "days": {"type": "integer"},
+     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+   "properties": {"zone": {"type": "string"}, "precise": {"type": "boolean"}},
+   "required": ["zone"]}}}])");
+
+class ServeToolsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir;
+    ASSERT_EQ(testing::SynthServeModel(*dir_ / "m"), 0);
+    server_ = new ServeProcess({"-m", *dir_ / "m", "--quiet"});
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->Stop(), 0) << server_->log();
+    delete server_;
+    delete dir_;
+  }
+
+  static json Request(json params, bool stream) {
+    json base = {{"model", "m"},
+                 {"messages", {{{"role", "user"}, {"content", "What is the weather in Paris?"}}}},
+                 {"max_tokens", 400},
+                 {"temperature", 0.8},
+                 {"seed", 11},
+                 {"stream", stream}};
+    base.update(params);
+    json request = {{"endpoint", "chat"}, {"params", base}};
+    if (stream) request["assemble"] = true;  // the SDK's stream assembler
+    return request;
+  }
+  // Every call and JSON content validated (serve_client.cjs checks them with ajv).
+  static void ExpectValid(const json& result) {
+    ASSERT_TRUE(result.value("ok", false)) << result.dump();
+    ASSERT_TRUE(result.contains("validation")) << result.dump();
+    for (const json& check : result["validation"]) {
+      EXPECT_TRUE(check["valid"].get<bool>()) << check.dump() << "\n" << result.dump();
+    }
+  }
+
+  static testing::TempDir* dir_;
+  static ServeProcess* server_;
+};
+
+testing::TempDir* ServeToolsTest::dir_ = nullptr;
+ServeProcess* ServeToolsTest::server_ = nullptr;
+
+TEST_F(ServeToolsTest, RequiredGivesACallThatValidatesStreamedAndNot) {
+  const json params = {{"tools", kTools}, {"tool_choice", "required"}};
+  const json results =
+      testing::NodeClients(*server_, json::array({Request(params, false), Request(params, true)}));
+  ASSERT_EQ(results.size(), 2u);
+  for (const json& r : results) {
+    ExpectValid(r);
+    EXPECT_EQ(r["finish_reason"], "tool_calls") << r.dump();
+    ASSERT_GE(r["tool_calls"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["validation"].size(), r["tool_calls"].size());
+    for (const json& call : r["tool_calls"]) {
+      EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("call_"));
+      EXPECT_EQ(call["type"], "function");
+    }
+  }
+  // The same seed: the stream assembles the same calls as the plain answer.
+  EXPECT_EQ(results[0]["tool_calls"].size(), results[1]["tool_calls"].size());
+  for (size_t i = 0; i < results[0]["tool_calls"].size(); ++i) {
+    EXPECT_EQ(results[0]["tool_calls"][i]["function"], results[1]["tool_calls"][i]["function"]);
+  }
+}
+
+TEST_F(ServeToolsTest, ANamedFunctionIsTheOneCall) {
+  const json params = {
+      {"tools", kTools},
+      {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}},
+      {"chat_template_kwargs", {{"thinking", false}}}};
+  const json results =
+      testing::NodeClients(*server_, json::array({Request(params, false), Request(params, true)}));
+  ASSERT_EQ(results.size(), 2u);
+  for (const json& r : results) {
+    ExpectValid(r);
+    ASSERT_EQ(r["tool_calls"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["tool_calls"][0]["function"]["name"], "get_time");
+    EXPECT_EQ(r["finish_reason"], "tool_calls");
+  }
+}
+
+TEST_F(ServeToolsTest, AJsonSchemaResponseValidates) {
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"},
+      "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "maxItems": 3},
+      "address": {"type": "object", "properties": {"city": {"type": "string"}},
+                  "required": ["city"]}},
+    "required": ["name", "age", "address"]})");
+  const json params = {
+      {"response_format",
+       {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}}},
+      {"chat_template_kwargs", {{"thinking", false}}}};
+  const json object = {{"response_format", {{"type", "json_object"}}}};
+  const json results = testing::NodeClients(
+      *server_,
+      json::array({Request(params, false), Request(params, true), Request(object, false)}));
+  ASSERT_EQ(results.size(), 3u);
+  for (const json& r : results) {
+    ExpectValid(r);
+    EXPECT_EQ(r["validation"].size(), 1u);
+    EXPECT_EQ(r["finish_reason"], "stop") << r.dump();
+  }
+}
+
+TEST_F(ServeToolsTest, ACallItsResultAndTheNextTurnRenderTheExactTokens) {
+  const json first = testing::NodeClients(
+      *server_, json::array({Request({{"tools", kTools}, {"tool_choice", "required"}}, false)}));
+  ASSERT_EQ(first.size(), 1u);
+  ExpectValid(first[0]);
+  ASSERT_GE(first[0]["tool_calls"].size(), 1u);
+  const json& call = first[0]["tool_calls"][0];
+  json messages = {{{"role", "user"}, {"content", "What is the weather in Paris?"}},
+                   {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"reasoning_content", first[0]["reasoning"]},
+                    {"tool_calls", json::array({call})}},
+                   {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "sunny, 24 C"}}};
+  json next = Request(
+      {{"tools", kTools}, {"messages", messages}, {"return_token_ids", true}, {"max_tokens", 8}},
+      false);
+  const json second = testing::NodeClients(*server_, json::array({next}));
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_TRUE(second[0].value("ok", false)) << second[0].dump();
+
+  // The renderer's tokens for the same conversation (core/chat_template.h, tested against the
+  // release's own ids in tests/model/chat_template_test.cc).
+  auto tok = Tokenizer::Load(*dir_ / "m");
+  ASSERT_TRUE(tok.ok());
+  ChatMessage assistant{.role = "assistant", .thinking = first[0]["reasoning"].get<std::string>()};
+  assistant.tool_calls = {{call["id"].get<std::string>(), call["function"]["name"],
+                           nlohmann::ordered_json(call["function"]["arguments"])}};
+  ChatMessage result{.role = "tool", .content = "sunny, 24 C"};
+  result.tool_call_id = call["id"].get<std::string>();
+  const std::vector<ChatMessage> chat = {
+      {.role = "user", .content = "What is the weather in Paris?"}, assistant, result};
+  ChatOptions options;
+  options.tools = kTools;
+  auto expected = RenderChat(*tok, chat, options);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(second[0]["prompt_token_ids"], json(*expected));
+  auto text = RenderChatText(chat, options);
+  EXPECT_THAT(*text, ::testing::HasSubstr("<|open|>message role=\"tool\" tool=\"" +
+                                          call["function"]["name"].get<std::string>() +
+                                          "\" index=\"1\"<|sep|>sunny, 24 C<|close|>message"));
+}
+
+}  // namespace
+}  // namespace k3
