@@ -68,6 +68,12 @@ const BadRequest kCatalogue[] = {
      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", )"
      R"("function": {"name": "f", "parameters": "string"}}]})",
      400, "invalid_request_error", "tools[0].function.parameters", "", "JSON schema"},
+    {"unsupported_schema_keyword", "/v1/chat/completions",
+     R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", )"
+     R"("function": {"name": "f", "parameters": {"type": "object", "properties": {"city": )"
+     R"({"type": "string", "pattern": "^[A-Z]"}}}}}]})",
+     400, "invalid_request_error", "tools[0].function.parameters", "",
+     "unsupported JSON-schema keyword \"pattern\" at tools[0].function.parameters.properties.city"},
     {"tool_message_without_id", "/v1/chat/completions",
      R"({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]})", 400,
      "invalid_request_error", "messages[1].tool_call_id", "", "required"},
