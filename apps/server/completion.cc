@@ -2,6 +2,7 @@
 // handed to the GenerationService, and the reply sent whole or as server-sent events.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <random>
 
@@ -76,8 +77,13 @@ class Follower {
     if (!text_.result().tool_calls.empty()) return "tool_calls";
     return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
   }
-  // Why markup of the reply was dropped (a call to an undeclared tool, a cut call), for the log.
-  std::vector<std::string> warnings() const { return text_.result().warnings; }
+  // Logs why markup of the reply was dropped (a call to an undeclared tool, a cut call).
+  void LogWarnings(bool log) const {
+    if (!log) return;
+    for (const std::string& w : text_.result().warnings) {
+      std::fprintf(stderr, "k3 serve: reply markup dropped: %s\n", w.c_str());
+    }
+  }
   json Usage() const {
     return {{"prompt_tokens", last_.prompt_tokens},
             {"completion_tokens", ids_},
@@ -206,6 +212,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     while (!follower->Next(all, milliseconds(1000))) {
     }
     if (absl::Status s = follower->status(); !s.ok()) return SendError(res, ErrorFromStatus(s));
+    follower->LogWarnings(options_.log_requests);
     json choice = Choice(endpoint, false, all, with_ids);
     choice["finish_reason"] = follower->finish_reason();
     if (with_ids) choice["prompt_token_ids"] = prompt_ids;
@@ -221,8 +228,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   const bool include_usage = r.include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [follower, head, endpoint, with_ids, include_usage, prompt_ids](size_t,
-                                                                      httplib::DataSink& sink) {
+      [follower, head, endpoint, with_ids, include_usage, prompt_ids, log = options_.log_requests](
+          size_t, httplib::DataSink& sink) {
         auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
         auto send = [&](json choices, const json* usage = nullptr) {
           json chunk = head;
@@ -258,6 +265,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         if (absl::Status s = follower->status(); !s.ok()) {
           write(absl::StrCat("data: ", Dump(ErrorFromStatus(s).ToJson()), "\n\n"));
         } else {
+          follower->LogWarnings(log);
           json last = Choice(endpoint, true, {}, false);
           if (endpoint == Endpoint::kChat) last["delta"] = json::object();
           last["finish_reason"] = follower->finish_reason();
