@@ -2,12 +2,16 @@
 // (even: chat, odd: completions), the rest is the body. Whatever comes in ends as a request or
 // as a 400 naming what is wrong, never an exception; an accepted request is one the engine can
 // run (a prompt, sampler settings ValidateSamplerOptions accepts, at most four stop strings),
-// and parsing is deterministic.
+// and parsing is deterministic. An accepted chat's messages render (or are refused by the
+// renderer with a status, which the server answers with a 400), and its tools, tool choice and
+// response format build the turn's grammar.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
 #include "apps/server/openai_request.h"
+#include "core/chat_template.h"
+#include "core/grammar/output_grammar.h"
 #include "core/sampler.h"
 
 using k3::server::Endpoint;
@@ -28,8 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (endpoint == Endpoint::kChat) {
     if (c.messages.empty()) std::abort();
     for (const k3::ChatMessage& m : c.messages) {
-      if (m.role != "system" && m.role != "user" && m.role != "assistant") std::abort();
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
+        std::abort();
+      }
     }
+    (void)k3::RenderChatSegments(c.messages, c.chat);
+    // The parser checked every schema: the grammar builds.
+    if (c.output.constrained() && !k3::grammar::BuildOutputGrammar(c.output).ok()) std::abort();
   } else if (c.prompt_text.has_value() == !c.prompt_ids.empty() ||
              (c.prompt_text && c.prompt_text->empty())) {
     std::abort();
