@@ -4,7 +4,14 @@
 
 namespace k3::grammar {
 
+namespace {
+
+int32_t SaturatingAdd(int32_t a, int32_t b) { return std::min(a + b, Matcher::kUnreachable); }
+
+}  // namespace
+
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  ComputeSuffixCosts();
   Reset();
   std::vector<int32_t> tops;
   for (const uint32_t alt : grammar_->alternatives[grammar_->start]) {
@@ -14,18 +21,52 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(gr
   start_ = Intern(std::move(tops));
 }
 
+void Matcher::ComputeSuffixCosts() {
+  const std::vector<Element>& elements = grammar_->elements;
+  std::vector<int32_t> rule_cost(grammar_->alternatives.size(), kUnreachable);
+  suffix_cost_.assign(elements.size(), kUnreachable);
+  // Rules refer to one another, recursively too, so their costs (the least over their
+  // alternatives) are lowered round by round until none changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t pos = elements.size(); pos-- > 0;) {
+      const Element& e = elements[pos];
+      int32_t cost = 0;
+      if (e.kind == Element::kSet) {
+        const SymbolSet& set = grammar_->sets[e.arg];
+        cost = SaturatingAdd(set == SymbolSet() ? kUnreachable : 1, suffix_cost_[pos + 1]);
+      } else if (e.kind == Element::kRef) {
+        cost = SaturatingAdd(rule_cost[e.arg], suffix_cost_[pos + 1]);
+      }
+      suffix_cost_[pos] = cost;
+    }
+    for (size_t rule = 0; rule < rule_cost.size(); ++rule) {
+      for (const uint32_t alt : grammar_->alternatives[rule]) {
+        if (suffix_cost_[alt] < rule_cost[rule]) {
+          rule_cost[rule] = suffix_cost_[alt];
+          changed = true;
+        }
+      }
+    }
+  }
+}
+
 void Matcher::Reset() {
-  frames_.assign(1, {0, kEmpty, 0});
+  frames_.assign(1, {0, kEmpty, 0, 0});
   frame_ids_.clear();
   states_.clear();
   state_ids_.clear();
   next_.clear();
   free_text_.clear();
+  min_completion_.clear();
 }
 
 int32_t Matcher::FrameId(uint32_t pos, int32_t parent) {
   auto [it, added] = frame_ids_.try_emplace({pos, parent}, static_cast<int32_t>(frames_.size()));
-  if (added) frames_.push_back({pos, parent, frames_[parent].depth + 1});
+  if (added) {
+    const Frame& below = frames_[parent];
+    frames_.push_back({pos, parent, below.depth + 1, SaturatingAdd(suffix_cost_[pos], below.cost)});
+  }
   return it->second;
 }
 
@@ -78,6 +119,9 @@ Matcher::State Matcher::Intern(std::vector<int32_t> tops) {
     states_.push_back(std::move(tops));
     next_.resize(next_.size() + kNumSymbols, kUnknown);
     free_text_.push_back(-1);
+    int32_t least = kUnreachable;
+    for (const int32_t top : states_.back()) least = std::min(least, frames_[top].cost);
+    min_completion_.push_back(least);
   }
   return it->second;
 }
