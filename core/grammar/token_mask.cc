@@ -93,6 +93,11 @@ absl::StatusOr<std::unique_ptr<GrammarConstraint>> GrammarConstraint::ForOutput(
                                              std::move(trie));
 }
 
+void GrammarConstraint::set_token_budget(int max_tokens) {
+  budget_ = max_tokens;
+  allowed_.clear();  // their max_after is a budget's only
+}
+
 const GrammarConstraint::Allowed& GrammarConstraint::Walk() {
   if (!cache_masks_ || allowed_.size() >= static_cast<size_t>(kMaxCachedMasks)) allowed_.clear();
   if (auto it = allowed_.find(state_); it != allowed_.end()) return it->second;
@@ -111,6 +116,7 @@ int32_t GrammarConstraint::WalkWithin(int32_t limit, std::vector<uint64_t>& bits
   node_state.resize(nodes.size());
   node_state[0] = state_;
   int32_t max_after = -1;
+  const bool judge = budget_ >= 0;
   for (size_t i = 1; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
     const Matcher::State next = matcher_.Next(node_state[n.parent], n.byte);
@@ -121,16 +127,20 @@ int32_t GrammarConstraint::WalkWithin(int32_t limit, std::vector<uint64_t>& bits
     node_state[i] = next;
     // A prefix that does not fit may still lead to a token that does (a closing quote further
     // on), so only the tokens are judged, never the subtree.
-    if (const int32_t after = matcher_.MinCompletion(next);
-        n.first_token < n.last_token && after <= limit) {
-      max_after = std::max(max_after, after);
-      for (int32_t t = n.first_token; t < n.last_token; ++t) SetBit(bits, tokens[t]);
+    if (n.first_token < n.last_token) {
+      const int32_t after = judge ? matcher_.MinCompletion(next) : -1;
+      if (after <= limit) {
+        max_after = std::max(max_after, after);
+        for (int32_t t = n.first_token; t < n.last_token; ++t) SetBit(bits, tokens[t]);
+      }
     }
     ++i;
   }
   for (int s = kEndOfMsg; s < kNumSymbols; ++s) {
-    const int32_t after = SpecialAfter(s);
-    if (after >= 0 && after <= limit) {
+    const Matcher::State next = matcher_.Next(state_, s);
+    if (next == Matcher::kDead) continue;
+    const int32_t after = judge ? matcher_.MinCompletion(next) : -1;
+    if (after <= limit) {
       max_after = std::max(max_after, after);
       SetBit(bits, trie_->special_id(s));
     }

@@ -103,21 +103,22 @@ class GrammarConstraint : public TokenConstraint {
   void set_max_states(int n) { max_states_ = n; }
   // The tokens the turn may still sample, counted from the constraint's start (Accept counts
   // them down). A budget below the shortest turn changes nothing: the turn will be cut anyway.
-  void set_token_budget(int max_tokens) { budget_ = max_tokens; }
+  void set_token_budget(int max_tokens);
   // The tokens left, or -1 without a budget.
   int remaining_tokens() const { return budget_ < 0 ? -1 : std::max(budget_ - accepted_, 0); }
   // The fewest symbols that complete the turn from here (Matcher::MinCompletion).
-  int min_completion() const { return matcher_.MinCompletion(state_); }
+  int min_completion() { return matcher_.MinCompletion(state_); }
 
  private:
   struct Allowed {
     std::vector<uint64_t> bits;
-    int32_t max_after = -1;  // the largest MinCompletion after one allowed token
+    int32_t max_after = -1;  // the largest MinCompletion after one allowed token (a budget's)
   };
   // The allowed ids of the current State (not free text), cached per State.
   const Allowed& Walk();
   // Sets in `bits` the ids allowed from the current State whose MinCompletion after them is at
-  // most `limit`; returns the largest such MinCompletion (-1 if none).
+  // most `limit`; returns the largest such MinCompletion (-1 if none). Without a budget, every
+  // allowed id, returning -1.
   int32_t WalkWithin(int32_t limit, std::vector<uint64_t>& bits);
   // MinCompletion after a special symbol, -1 if the grammar refuses it here.
   int32_t SpecialAfter(int symbol);
