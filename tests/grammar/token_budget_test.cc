@@ -88,10 +88,13 @@ class TokenBudgetTest : public ::k3::grammar::testing::DemoVocab {
     return std::discrete_distribution<int32_t>(weights.begin(), weights.end())(rng);
   }
 
-  // A walk of at most `cap` tokens under `budget` (-1: none); the ids sampled.
+  // A walk of at most `cap` tokens under `budget` (-1: none); the ids sampled. One walk in
+  // three makes the matcher forget every State but the current one after each token, which
+  // renumbers the States that completions are known for.
   static std::vector<int32_t> Walk(const OutputSpec& spec, int budget, int cap, std::mt19937& rng) {
     std::unique_ptr<GrammarConstraint> c = Constraint(spec);
     if (budget >= 0) c->set_token_budget(budget);
+    if (rng() % 3 == 0) c->set_max_states(2);
     std::vector<int32_t> ids;
     while (static_cast<int>(ids.size()) < cap) {
       std::vector<float> logits = Logits(rng);
@@ -214,6 +217,40 @@ TEST_F(TokenBudgetTest, AmpleOrHopelessBudgetsChangeNoMask) {
     }
   }
   EXPECT_GE(compared, 300);
+}
+
+// Near the budget, Mask against a per-token simulation on a second matcher: a token is allowed
+// iff the grammar allows it and the shortest completion after it fits in the tokens left.
+TEST_F(TokenBudgetTest, NearTheBudgetMaskEqualsBruteForce) {
+  std::mt19937 rng(31);
+  int judged = 0;
+  for (const OutputSpec& spec : {TwoToolsRequired(false), NestedJsonSchema(), JsonObject()}) {
+    auto grammar = std::make_shared<Grammar>(::k3::grammar::testing::MustBuild(spec));
+    GrammarConstraint c(grammar, trie());
+    Matcher m(grammar);
+    Matcher::State s = m.start();
+    const int budget = m.MinCompletion(s) + 20;
+    c.set_token_budget(budget);
+    for (int step = 0; !c.finished(); ++step) {
+      ASSERT_LT(step, budget);
+      std::vector<float> logits = Logits(rng);
+      c.Mask(logits);
+      const int limit = budget - step - 1;
+      for (int32_t id = 0; id < tok().vocab_size(); ++id) {
+        const int16_t symbol = trie()->symbol(id);
+        Matcher::State next = Matcher::kDead;
+        if (symbol == TokenTrie::kOrdinary) next = m.NextBytes(s, trie()->bytes(id));
+        if (symbol >= kEndOfMsg) next = m.Next(s, symbol);
+        const bool want = next != Matcher::kDead && m.MinCompletion(next) <= limit;
+        ASSERT_EQ(!std::isinf(logits[id]), want) << "step " << step << " id " << id;
+      }
+      ++judged;
+      const int32_t id = Sample(logits, rng);
+      c.Accept(id);
+      s = tok().IsSpecial(id) ? m.Next(s, trie()->symbol(id)) : m.NextBytes(s, trie()->bytes(id));
+    }
+  }
+  EXPECT_GE(judged, 60);
 }
 
 // The budget counts from the constraint's start: tokens accepted before it was set count.
