@@ -102,7 +102,9 @@ class GrammarConstraint : public TokenConstraint {
   // Lowers kMaxStates (tests: to make the matcher forget often).
   void set_max_states(int n) { max_states_ = n; }
   // The tokens the turn may still sample, counted from the constraint's start (Accept counts
-  // them down). A budget below the shortest turn changes nothing: the turn will be cut anyway.
+  // them down). While the tokens left are fewer than the shortest completion, Mask is the
+  // grammar's alone (the turn will be cut, unless tokens that spell several of its symbols
+  // bring it back within the budget, which then holds).
   void set_token_budget(int max_tokens);
   // The tokens left, or -1 without a budget.
   int remaining_tokens() const { return budget_ < 0 ? -1 : std::max(budget_ - accepted_, 0); }
