@@ -4,11 +4,16 @@
 // JSON value in an array, inside a number. `cold` walks the trie on every Mask (no mask cache;
 // the matcher's transitions known); `warm` is the repeated State, as inside a long string;
 // `first` is a fresh constraint's first Mask there (nothing known yet). Each cold or warm
-// iteration copies fresh logits (16 KB) and masks them.
+// iteration copies fresh logits (16 KB) and masks them. `near_budget` is a Mask with a token
+// budget left at exactly the State's shortest completion (set_token_budget), where every
+// allowed token is judged by the completion after it: the mask cache is on, so the figure is
+// the budget's own walk. BM_DemoDecodeStep, for scale, is one decode step of the demo model
+// (eight layers, synthesized on first use and removed at exit).
 //
 //   k3_bench_grammar [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +24,7 @@
 #include "core/grammar/token_mask.h"
 #include "core/synth.h"
 #include "core/tokenizer/tokenizer.h"
+#include "pipeline/engine.h"
 
 namespace k3::grammar {
 namespace {
@@ -93,13 +99,21 @@ const std::string kCall =
     "<|open|>tools<|sep|><|open|>call tool=\"plan\" index=\"1\"<|sep|><|open|>argument "
     "key=\"task\" type=\"object\"<|sep|>";
 
-void BM_Mask(benchmark::State& state, const std::string& prefix, bool cache) {
+// `budget`: leave exactly the shortest completion of the State after `prefix`.
+void BM_Mask(benchmark::State& state, const std::string& prefix, bool cache, bool budget) {
   const Demo& demo = GetDemo();
   auto c = GrammarConstraint::ForOutput(Spec(), demo.trie);
   if (!c.ok()) Die(c.status());
   (*c)->set_cache_masks(cache);
   Feed(**c, demo, prefix);
   if ((*c)->failed()) Die(absl::InternalError("the prefix does not fit the grammar"));
+  if (budget) {
+    constexpr int kLarge = 1 << 30;
+    (*c)->set_token_budget(kLarge);
+    const int accepted = kLarge - (*c)->remaining_tokens();
+    (*c)->set_token_budget(accepted + (*c)->min_completion());
+    state.counters["remaining"] = (*c)->remaining_tokens();
+  }
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<float> base(demo.tok->vocab_size());
@@ -147,6 +161,41 @@ void BM_BuildTrie(benchmark::State& state) {
 }
 BENCHMARK(BM_BuildTrie)->Unit(benchmark::kMicrosecond);
 
+// The demo checkpoint, kept while the engine reads it.
+struct DemoModel {
+  ~DemoModel() { std::filesystem::remove_all(dir); }
+  std::string dir;
+  std::unique_ptr<Engine> engine;
+};
+
+void BM_DemoDecodeStep(benchmark::State& state) {
+  static DemoModel model;
+  if (!model.engine) {
+    std::string templ = (std::filesystem::temp_directory_path() / "k3-bench-XXXXXX").string();
+    model.dir = ::mkdtemp(templ.data());
+    SynthOptions opt;
+    opt.preset = "demo";
+    opt.out_dir = model.dir;
+    if (auto r = Synthesize(opt); !r.ok()) Die(r.status());
+    EngineOptions o;
+    o.model_dir = model.dir;
+    o.max_context = 4096;
+    auto engine = Engine::Open(o);
+    if (!engine.ok()) Die(engine.status());
+    model.engine = *std::move(engine);
+  }
+  SequenceState seq = model.engine->NewState();
+  std::vector<float> logits;
+  const std::vector<int32_t> prompt = {3, 7, 11, 5, 9, 13, 17, 19};
+  if (auto s = model.engine->Prefill(prompt, seq, logits); !s.ok()) Die(s);
+  int32_t id = 21;
+  for (auto _ : state) {
+    if (auto s = model.engine->Decode(id, seq, logits); !s.ok()) Die(s);
+    id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+}
+BENCHMARK(BM_DemoDecodeStep)->Unit(benchmark::kMillisecond)->Iterations(200);
+
 void Register() {
   struct Case {
     const char* name;
@@ -161,9 +210,12 @@ void Register() {
   for (const Case& c : cases) {
     for (const bool cache : {false, true}) {
       const std::string name = std::string("BM_Mask/") + c.name + (cache ? "/warm" : "/cold");
-      benchmark::RegisterBenchmark(name.c_str(), BM_Mask, c.prefix, cache)
+      benchmark::RegisterBenchmark(name.c_str(), BM_Mask, c.prefix, cache, false)
           ->Unit(benchmark::kMicrosecond);
     }
+    benchmark::RegisterBenchmark((std::string("BM_Mask/") + c.name + "/near_budget").c_str(),
+                                 BM_Mask, c.prefix, true, true)
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark((std::string("BM_Mask/") + c.name + "/first").c_str(),
                                  BM_FirstMask, c.prefix)
         ->Unit(benchmark::kMicrosecond);

@@ -1,8 +1,17 @@
 #include "core/grammar/matcher.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
+#include <utility>
 
 namespace k3::grammar {
+
+namespace {
+
+int32_t SaturatingAdd(int32_t a, int32_t b) { return std::min(a + b, Matcher::kUnreachable); }
+
+}  // namespace
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
   Reset();
@@ -14,6 +23,65 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(gr
   start_ = Intern(std::move(tops));
 }
 
+void Matcher::ComputeSuffixCosts() {
+  const std::vector<Element>& elements = grammar_->elements;
+  const size_t num_rules = grammar_->alternatives.size();
+  // Knuth's generalization of Dijkstra's algorithm: an alternative's cost is known once all
+  // the rules it refers to are, and the cheapest alternative not yet settled settles its rule
+  // (rounds of relaxation over every element would take several times longer).
+  struct Alt {
+    uint32_t rule;
+    int32_t cost = 0;     // its sets and the settled rules it refers to
+    int32_t pending = 0;  // references to rules not settled yet
+  };
+  std::vector<Alt> alts;
+  std::vector<std::vector<uint32_t>> referrers(num_rules);  // per rule, an alt per reference
+  for (uint32_t rule = 0; rule < num_rules; ++rule) {
+    for (const uint32_t start : grammar_->alternatives[rule]) {
+      Alt alt{rule};
+      for (uint32_t pos = start; elements[pos].kind != Element::kEnd; ++pos) {
+        const Element& e = elements[pos];
+        if (e.kind == Element::kRef) {
+          ++alt.pending;
+          referrers[e.arg].push_back(static_cast<uint32_t>(alts.size()));
+        } else {
+          alt.cost =
+              SaturatingAdd(alt.cost, grammar_->sets[e.arg] == SymbolSet() ? kUnreachable : 1);
+        }
+      }
+      alts.push_back(alt);
+    }
+  }
+  std::vector<int32_t> rule_cost(num_rules, kUnreachable);
+  std::vector<bool> settled(num_rules, false);
+  using Entry = std::pair<int32_t, uint32_t>;  // cost, rule
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+  for (const Alt& alt : alts) {
+    if (alt.pending == 0) queue.push({alt.cost, alt.rule});
+  }
+  while (!queue.empty()) {
+    const auto [cost, rule] = queue.top();
+    queue.pop();
+    if (settled[rule]) continue;
+    settled[rule] = true;
+    rule_cost[rule] = cost;
+    for (const uint32_t a : referrers[rule]) {
+      Alt& alt = alts[a];
+      alt.cost = SaturatingAdd(alt.cost, cost);
+      if (--alt.pending == 0 && !settled[alt.rule]) queue.push({alt.cost, alt.rule});
+    }
+  }
+  suffix_cost_.assign(elements.size(), 0);
+  for (size_t pos = elements.size(); pos-- > 0;) {
+    const Element& e = elements[pos];
+    if (e.kind == Element::kEnd) continue;
+    const int32_t own = e.kind == Element::kRef                ? rule_cost[e.arg]
+                        : grammar_->sets[e.arg] == SymbolSet() ? kUnreachable
+                                                               : 1;
+    suffix_cost_[pos] = SaturatingAdd(own, suffix_cost_[pos + 1]);
+  }
+}
+
 void Matcher::Reset() {
   frames_.assign(1, {0, kEmpty, 0});
   frame_ids_.clear();
@@ -21,6 +89,8 @@ void Matcher::Reset() {
   state_ids_.clear();
   next_.clear();
   free_text_.clear();
+  min_completion_.clear();
+  frame_cost_.assign(1, 0);  // the empty stack: nothing left to match
 }
 
 int32_t Matcher::FrameId(uint32_t pos, int32_t parent) {
@@ -78,6 +148,7 @@ Matcher::State Matcher::Intern(std::vector<int32_t> tops) {
     states_.push_back(std::move(tops));
     next_.resize(next_.size() + kNumSymbols, kUnknown);
     free_text_.push_back(-1);
+    min_completion_.push_back(-1);
   }
   return it->second;
 }
@@ -107,6 +178,27 @@ Matcher::State Matcher::NextBytes(State state, std::string_view bytes) {
 
 bool Matcher::Accepting(State state) const {
   return state != kDead && states_[state].front() == kEmpty;  // sorted: kEmpty (0) first
+}
+
+int32_t Matcher::FrameCost(int32_t frame) {
+  if (suffix_cost_.empty()) ComputeSuffixCosts();
+  if (frame_cost_.size() < frames_.size()) frame_cost_.resize(frames_.size(), -1);
+  // The frames down to one whose cost is known (the empty stack's is), then theirs upwards.
+  std::vector<int32_t>& chain = chain_;
+  chain.clear();
+  for (int32_t f = frame; frame_cost_[f] < 0; f = frames_[f].parent) chain.push_back(f);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const Frame& f = frames_[*it];
+    frame_cost_[*it] = SaturatingAdd(suffix_cost_[f.pos], frame_cost_[f.parent]);
+  }
+  return frame_cost_[frame];
+}
+
+int32_t Matcher::ComputeMinCompletion(State state) {
+  int32_t least = kUnreachable;
+  for (const int32_t top : states_[state]) least = std::min(least, FrameCost(top));
+  min_completion_[state] = least;
+  return least;
 }
 
 bool Matcher::FreeText(State state) {

@@ -45,6 +45,16 @@ class Matcher {
   bool Accepting(State state) const;
   // Every byte leads back to this State, so every ordinary token is allowed and keeps it.
   bool FreeText(State state);
+  // The fewest symbols that take `state` to an accepting State (0 if it accepts), kUnreachable
+  // if none do. Exact: a stack's shortest completion is the sum of its frames' shortest
+  // remainders, which the grammar fixes; a breadth-first search over States would instead meet
+  // every nesting of brackets within reach, exponentially many. Computed on first use, so that
+  // a constraint without a token budget pays nothing for it.
+  static constexpr int32_t kUnreachable = 1 << 29;
+  int32_t MinCompletion(State state) {
+    const int32_t known = min_completion_[state];
+    return known >= 0 ? known : ComputeMinCompletion(state);
+  }
 
   int num_states() const { return static_cast<int>(states_.size()); }
   // Forgets every State but `keep` and returns its new id: bounds the memory of a long run.
@@ -61,6 +71,12 @@ class Matcher {
     int32_t depth;
   };
 
+  // Per element, the fewest symbols that match the rest of its alternative from it.
+  void ComputeSuffixCosts();
+  // The fewest symbols that match the rest of a frame and every one below it.
+  int32_t FrameCost(int32_t frame);
+  int32_t ComputeMinCompletion(State state);
+
   int32_t FrameId(uint32_t pos, int32_t parent);
   // Adds to `out` the tops of the stacks that matching `pos` over `parent` leads to: rules are
   // entered, finished alternatives popped, until each top is a symbol set or the stack is empty.
@@ -76,6 +92,10 @@ class Matcher {
   absl::flat_hash_map<std::vector<int32_t>, State> state_ids_;
   std::vector<int32_t> next_;                          // per State, kNumSymbols transitions
   std::vector<int8_t> free_text_;                      // per State: -1 unknown
+  std::vector<int32_t> min_completion_;                // per State: -1 unknown
+  std::vector<int32_t> frame_cost_;                    // per frame: -1 unknown
+  std::vector<int32_t> suffix_cost_;                   // per element, empty until needed
+  std::vector<int32_t> chain_;                         // FrameCost's, kept for its memory
   std::vector<std::pair<uint32_t, int32_t>> visited_;  // Expand's guard against empty loops
   State start_ = kDead;
   bool overflowed_ = false;

@@ -11,6 +11,7 @@
 namespace k3::grammar {
 namespace {
 
+constexpr float kOff = -std::numeric_limits<float>::infinity();
 constexpr const char* kSpecialNames[] = {"<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"};
 
 bool Bit(const std::vector<uint64_t>& bits, int32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
@@ -92,10 +93,20 @@ absl::StatusOr<std::unique_ptr<GrammarConstraint>> GrammarConstraint::ForOutput(
                                              std::move(trie));
 }
 
-const std::vector<uint64_t>& GrammarConstraint::Walk() {
+void GrammarConstraint::set_token_budget(int max_tokens) {
+  budget_ = max_tokens;
+  allowed_.clear();  // their max_after is a budget's only
+}
+
+const GrammarConstraint::Allowed& GrammarConstraint::Walk() {
   if (!cache_masks_ || allowed_.size() >= static_cast<size_t>(kMaxCachedMasks)) allowed_.clear();
   if (auto it = allowed_.find(state_); it != allowed_.end()) return it->second;
-  std::vector<uint64_t>& bits = allowed_[state_];
+  Allowed& allowed = allowed_[state_];
+  allowed.max_after = WalkWithin(Matcher::kUnreachable, allowed.bits);
+  return allowed;
+}
+
+int32_t GrammarConstraint::WalkWithin(int32_t limit, std::vector<uint64_t>& bits) {
   bits.assign((trie_->vocab_size() + 63) / 64, 0);
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& tokens = trie_->tokens();
@@ -104,6 +115,8 @@ const std::vector<uint64_t>& GrammarConstraint::Walk() {
   thread_local std::vector<Matcher::State> node_state;
   node_state.resize(nodes.size());
   node_state[0] = state_;
+  int32_t max_after = -1;
+  const bool judge = budget_ >= 0;
   for (size_t i = 1; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
     const Matcher::State next = matcher_.Next(node_state[n.parent], n.byte);
@@ -112,29 +125,36 @@ const std::vector<uint64_t>& GrammarConstraint::Walk() {
       continue;
     }
     node_state[i] = next;
-    for (int32_t t = n.first_token; t < n.last_token; ++t) SetBit(bits, tokens[t]);
+    // A prefix that does not fit may still lead to a token that does (a closing quote further
+    // on), so only the tokens are judged, never the subtree.
+    if (n.first_token < n.last_token) {
+      const int32_t after = judge ? matcher_.MinCompletion(next) : -1;
+      if (after <= limit) {
+        max_after = std::max(max_after, after);
+        for (int32_t t = n.first_token; t < n.last_token; ++t) SetBit(bits, tokens[t]);
+      }
+    }
     ++i;
   }
   for (int s = kEndOfMsg; s < kNumSymbols; ++s) {
-    if (matcher_.Next(state_, s) != Matcher::kDead) SetBit(bits, trie_->special_id(s));
+    const Matcher::State next = matcher_.Next(state_, s);
+    if (next == Matcher::kDead) continue;
+    const int32_t after = judge ? matcher_.MinCompletion(next) : -1;
+    if (after <= limit) {
+      max_after = std::max(max_after, after);
+      SetBit(bits, trie_->special_id(s));
+    }
   }
-  return bits;
+  return max_after;
 }
 
-void GrammarConstraint::Mask(std::span<float> logits) {
-  if (failed_) return;
-  constexpr float kOff = -std::numeric_limits<float>::infinity();
+int32_t GrammarConstraint::SpecialAfter(int symbol) {
+  const Matcher::State next = matcher_.Next(state_, symbol);
+  return next == Matcher::kDead ? -1 : matcher_.MinCompletion(next);
+}
+
+void GrammarConstraint::MaskBits(const std::vector<uint64_t>& bits, std::span<float> logits) {
   const int32_t end = trie_->special_id(kEndOfMsg);
-  // Ids past the tokenizer's (a model's padded rows) are no token at all.
-  for (size_t id = trie_->vocab_size(); id < logits.size(); ++id) logits[id] = kOff;
-  if (matcher_.FreeText(state_)) {
-    for (const int32_t id : trie_->non_ordinary()) {
-      const int16_t symbol = trie_->symbol(id);
-      if (symbol < 0 || matcher_.Next(state_, symbol) == Matcher::kDead) logits[id] = kOff;
-    }
-    return;
-  }
-  const std::vector<uint64_t>& bits = Walk();
   bool any = false;
   for (const uint64_t word : bits) any |= word != 0;
   const int vocab = std::min<int>(trie_->vocab_size(), static_cast<int>(logits.size()));
@@ -143,7 +163,62 @@ void GrammarConstraint::Mask(std::span<float> logits) {
   }
 }
 
+void GrammarConstraint::Mask(std::span<float> logits) {
+  if (failed_) return;
+  // Ids past the tokenizer's (a model's padded rows) are no token at all.
+  for (size_t id = trie_->vocab_size(); id < logits.size(); ++id) logits[id] = kOff;
+  // With a budget the turn can still meet, a token must leave it completable (limit: the
+  // tokens left after it). Where every allowed token does, the mask is the grammar's alone.
+  const int remaining = remaining_tokens();
+  const int32_t limit = remaining - 1;
+  const bool budgeted = budget_ >= 0 && remaining >= matcher_.MinCompletion(state_);
+  if (matcher_.FreeText(state_)) {
+    if (budgeted && FreeTextMaxAfter() > limit && MaskFreeTextWithin(limit, logits)) return;
+    for (const int32_t id : trie_->non_ordinary()) {
+      const int16_t symbol = trie_->symbol(id);
+      if (symbol < 0 || matcher_.Next(state_, symbol) == Matcher::kDead) logits[id] = kOff;
+    }
+    return;
+  }
+  const Allowed& allowed = Walk();
+  // None fits only past an overflow of the matcher: the grammar alone then.
+  if (budgeted && allowed.max_after > limit && WalkWithin(limit, within_) >= 0) {
+    MaskBits(within_, logits);
+    return;
+  }
+  MaskBits(allowed.bits, logits);
+}
+
+int32_t GrammarConstraint::FreeTextMaxAfter() {
+  int32_t max_after = matcher_.MinCompletion(state_);  // every ordinary token keeps the State
+  for (int s = kEndOfMsg; s < kNumSymbols; ++s) max_after = std::max(max_after, SpecialAfter(s));
+  return max_after;
+}
+
+bool GrammarConstraint::MaskFreeTextWithin(int32_t limit, std::span<float> logits) {
+  const bool ordinary = matcher_.MinCompletion(state_) <= limit;
+  bool any = ordinary;
+  for (int s = kEndOfMsg; s < kNumSymbols; ++s) {
+    const int32_t after = SpecialAfter(s);
+    any |= after >= 0 && after <= limit;
+  }
+  if (!any) return false;
+  for (const int32_t id : trie_->non_ordinary()) {
+    const int16_t symbol = trie_->symbol(id);
+    const int32_t after = symbol < 0 ? -1 : SpecialAfter(symbol);
+    if (after < 0 || after > limit) logits[id] = kOff;
+  }
+  if (!ordinary) {
+    const int vocab = std::min<int>(trie_->vocab_size(), static_cast<int>(logits.size()));
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (trie_->symbol(id) == TokenTrie::kOrdinary) logits[id] = kOff;
+    }
+  }
+  return true;
+}
+
 void GrammarConstraint::Accept(int32_t id) {
+  ++accepted_;
   if (failed_) return;
   Matcher::State next = Matcher::kDead;
   if (id >= 0 && id < trie_->vocab_size()) {

@@ -7,11 +7,18 @@
 // (a think body, a response, a string argument), every ordinary token is allowed and only the
 // special ids are decided, without a walk.
 //
+// A token budget (set_token_budget) keeps the turn completable: near the budget, a token is
+// allowed only if the shortest completion after it (Matcher::MinCompletion, in symbols, each one
+// token at most) fits in the tokens left, so a forced call or JSON document ends whole, with
+// <|end_of_msg|> at the latest as the budget's last token.
+//
 //   auto trie = TokenTrie::Build(tokenizer);                     // once
 //   auto c = GrammarConstraint::ForOutput(spec, *trie);          // per request
+//   (*c)->set_token_budget(request.max_tokens);                  // a forced call ends whole
 //   request.constraint = *std::move(c);                          // pipeline/batch_scheduler.h
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -94,10 +101,35 @@ class GrammarConstraint : public TokenConstraint {
   void set_cache_masks(bool on) { cache_masks_ = on; }
   // Lowers kMaxStates (tests: to make the matcher forget often).
   void set_max_states(int n) { max_states_ = n; }
+  // The tokens the turn may still sample, counted from the constraint's start (Accept counts
+  // them down). While the tokens left are fewer than the shortest completion, Mask is the
+  // grammar's alone (the turn will be cut, unless tokens that spell several of its symbols
+  // bring it back within the budget, which then holds).
+  void set_token_budget(int max_tokens);
+  // The tokens left, or -1 without a budget.
+  int remaining_tokens() const { return budget_ < 0 ? -1 : std::max(budget_ - accepted_, 0); }
+  // The fewest symbols that complete the turn from here (Matcher::MinCompletion).
+  int min_completion() { return matcher_.MinCompletion(state_); }
 
  private:
-  // The allowed ids of the current State (not free text) as a bitset, cached per State.
-  const std::vector<uint64_t>& Walk();
+  struct Allowed {
+    std::vector<uint64_t> bits;
+    int32_t max_after = -1;  // the largest MinCompletion after one allowed token (a budget's)
+  };
+  // The allowed ids of the current State (not free text), cached per State.
+  const Allowed& Walk();
+  // Sets in `bits` the ids allowed from the current State whose MinCompletion after them is at
+  // most `limit`; returns the largest such MinCompletion (-1 if none). Without a budget, every
+  // allowed id, returning -1.
+  int32_t WalkWithin(int32_t limit, std::vector<uint64_t>& bits);
+  // MinCompletion after a special symbol, -1 if the grammar refuses it here.
+  int32_t SpecialAfter(int symbol);
+  // Turns off every id not in `bits` (all but <|end_of_msg|> if `bits` is empty).
+  void MaskBits(const std::vector<uint64_t>& bits, std::span<float> logits);
+  // In free text: the largest MinCompletion after one token, and the mask of those whose
+  // MinCompletion after them is at most `limit` (false, masking nothing, if no token's is).
+  int32_t FreeTextMaxAfter();
+  bool MaskFreeTextWithin(int32_t limit, std::span<float> logits);
 
   std::shared_ptr<const TokenTrie> trie_;
   Matcher matcher_;
@@ -105,7 +137,10 @@ class GrammarConstraint : public TokenConstraint {
   bool failed_ = false;
   bool cache_masks_ = true;
   int max_states_ = kMaxStates;
-  absl::flat_hash_map<Matcher::State, std::vector<uint64_t>> allowed_;
+  int budget_ = -1;
+  int accepted_ = 0;
+  absl::flat_hash_map<Matcher::State, Allowed> allowed_;
+  std::vector<uint64_t> within_;  // MaskWithin's bits, kept for their memory
 };
 
 }  // namespace k3::grammar

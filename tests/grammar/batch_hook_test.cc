@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "core/grammar/token_mask.h"
+#include "core/tools/turn_parser.h"
 #include "pipeline/batch_scheduler.h"
 #include "tests/grammar/grammar_test_util.h"
 #include "tests/util/tiny_model.h"
@@ -113,14 +115,49 @@ TEST_F(BatchHookTest, AConstraintThatAllowsOneIdYieldsOnlyIt) {
 
 // The demo model (random weights, one layer) with the demo tokenizer, constrained to a JSON
 // schema response: whatever it prefers, the turn comes out whole and valid.
-class ConstrainedDemoTest : public ::k3::grammar::testing::DemoVocab {};
+class ConstrainedDemoTest : public ::k3::grammar::testing::DemoVocab {
+ protected:
+  static absl::StatusOr<std::unique_ptr<Engine>> OpenDemo(int max_context) {
+    EngineOptions o;
+    o.model_dir = demo().dir.path();
+    o.max_context = max_context;
+    o.memory.preset = "ultra";  // the smallest plan: the two-layer demo is below the others
+    return Engine::Open(o);
+  }
+  // The assistant's turn after the prompt that opens `channel`, stopping at <|end_of_msg|>.
+  static BatchRequest Request(const std::string& channel, int max_tokens, bool greedy, int seed) {
+    BatchRequest r;
+    r.prompt = Ids("<|open|>message role=\"assistant\"<|sep|><|open|>" + channel + "<|sep|>");
+    r.max_tokens = max_tokens;
+    r.stop_ids = {Special(grammar::kEndOfMsg)};
+    r.sampler.greedy = greedy;
+    r.sampler.temperature = 1.0;
+    r.sampler.seed = seed;
+    return r;
+  }
+  // Runs `r` under the constraint of `spec` (with max_tokens as its token budget if `budget`),
+  // expecting a whole turn; the ids sampled.
+  static std::vector<int32_t> RunWhole(Engine& engine, BatchRequest r, const OutputSpec& spec,
+                                       bool budget) {
+    auto constraint = grammar::GrammarConstraint::ForOutput(spec, trie());
+    EXPECT_TRUE(constraint.ok()) << constraint.status();
+    if (!constraint.ok()) return {};
+    std::shared_ptr<grammar::GrammarConstraint> c = *std::move(constraint);
+    EXPECT_LE(c->min_completion(), r.max_tokens);
+    if (budget) c->set_token_budget(r.max_tokens);
+    r.constraint = c;
+    auto result = RunSequence(engine, r, {});
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (!result.ok()) return {};
+    EXPECT_EQ(result->finish, FinishReason::kStop);
+    EXPECT_TRUE(c->finished());
+    EXPECT_FALSE(c->failed());
+    return result->ids;
+  }
+};
 
 TEST_F(ConstrainedDemoTest, TheDemoModelWritesAValidJsonResponse) {
-  EngineOptions o;
-  o.model_dir = demo().dir.path();
-  o.max_context = 128;
-  o.memory.preset = "ultra";  // the smallest plan: the two-layer demo is below the others
-  auto engine = Engine::Open(o);
+  auto engine = OpenDemo(128);
   ASSERT_TRUE(engine.ok()) << engine.status();
   OutputSpec spec;
   spec.thinking = false;
@@ -128,31 +165,52 @@ TEST_F(ConstrainedDemoTest, TheDemoModelWritesAValidJsonResponse) {
   spec.response_schema = nlohmann::ordered_json::parse(
       R"({"type":"object","properties":{"unit":{"enum":["C","F"]},"ok":{"type":"boolean"}},
           "required":["unit","ok"]})");
-  const TokenId end = Special(grammar::kEndOfMsg);
   for (const bool greedy : {true, false}) {
-    auto constraint = grammar::GrammarConstraint::ForOutput(spec, trie());
-    ASSERT_TRUE(constraint.ok()) << constraint.status();
-    BatchRequest r;
-    r.prompt = Ids("<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>");
-    r.max_tokens = 60;
-    r.stop_ids = {end};
-    r.sampler.greedy = greedy;
-    r.sampler.temperature = 1.0;
-    r.sampler.seed = 9;
-    std::shared_ptr<grammar::GrammarConstraint> c = *std::move(constraint);
-    r.constraint = c;
-    auto result = RunSequence(**engine, r, {});
-    ASSERT_TRUE(result.ok()) << result.status();
-    EXPECT_EQ(result->finish, FinishReason::kStop);
-    EXPECT_TRUE(c->finished());
-    EXPECT_FALSE(c->failed());
-    auto text = tok().Decode(result->ids);
+    const std::vector<int32_t> ids = RunWhole(**engine, Request("response", 60, greedy, 9), spec,
+                                              /*budget=*/false);
+    auto text = tok().Decode(ids);
     ASSERT_TRUE(text.ok());
     const std::string tail = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
     ASSERT_TRUE(text->ends_with(tail)) << *text;
     const auto body = nlohmann::json::parse(text->substr(0, text->size() - tail.size()));
     EXPECT_TRUE(body["unit"] == "C" || body["unit"] == "F") << *text;
     EXPECT_TRUE(body["ok"].is_boolean()) << *text;
+  }
+}
+
+// A required call with thinking on: the demo model's think body never ends by itself, yet
+// under the token budget the turn closes the think channel in time and ends with a whole call
+// within max_tokens.
+TEST_F(ConstrainedDemoTest, TheDemoModelEndsARequiredCallWithinItsBudget) {
+  auto engine = OpenDemo(160);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  OutputSpec spec;
+  spec.tools = {grammar::testing::GetWeather(), grammar::testing::GetTime()};
+  spec.tool_choice = ToolChoice::kRequired;
+  for (const bool greedy : {true, false}) {
+    BatchRequest r = Request("think", 96, greedy, 5);
+    // Without the budget the think body runs to max_tokens.
+    r.constraint = *grammar::GrammarConstraint::ForOutput(spec, trie());
+    auto cut = RunSequence(**engine, r, {});
+    ASSERT_TRUE(cut.ok()) << cut.status();
+    EXPECT_EQ(cut->finish, FinishReason::kLength);
+    const std::vector<int32_t> ids = RunWhole(**engine, r, spec, /*budget=*/true);
+    EXPECT_LE(ids.size(), 96u);
+    TurnParser parser(tok(), spec);
+    for (const int32_t id : ids) parser.Feed(id);
+    parser.Finish();
+    const ParsedTurn& turn = parser.result();
+    EXPECT_TRUE(turn.ended);
+    ASSERT_FALSE(turn.tool_calls.empty()) << *tok().Decode(ids);
+    for (const ToolCall& call : turn.tool_calls) {
+      EXPECT_TRUE(call.name == "get_weather" || call.name == "get_time") << call.name;
+      const auto arguments = nlohmann::json::parse(call.arguments, nullptr, false);
+      EXPECT_TRUE(arguments.is_object()) << call.arguments;
+      if (call.name == "get_weather") {
+        EXPECT_TRUE(arguments["city"].is_string()) << call.arguments;
+      }
+    }
+    EXPECT_EQ(turn.dropped_calls, 0);
   }
 }
 

@@ -86,6 +86,51 @@ TEST(MatcherTest, AmbiguityDedupesStacksAndCompactKeepsTheState) {
   EXPECT_EQ(m.NextBytes(kept, "ac"), Matcher::kDead);
 }
 
+// The shortest completion of each State, exact through alternatives, bounded repetition,
+// recursion (nested brackets) and Compact; and a shortest way exists symbol by symbol.
+TEST(MatcherTest, MinCompletionIsTheShortestWayToAccept) {
+  const Grammar g = Make([](GrammarBuilder& b) {
+    const RuleId value = b.NewRule("value");
+    const RuleId items = b.Star({b.Ref(value)});
+    b.AddAlternative(value, b.Text("x"));
+    b.AddAlternative(value, b.Text("long"));
+    b.AddAlternative(value, GrammarBuilder::Cat({b.Text("["), {b.Ref(items)}, b.Text("]")}));
+    const RuleId digits = b.Repeat({b.Set(SymbolSet::Range('0', '9'))}, 2, 3);
+    return b.Rule("s", {GrammarBuilder::Cat(
+                           {{b.Ref(value)}, b.Text("="), {b.Ref(digits)}, {b.Symbol(kEndOfMsg)}})});
+  });
+  Matcher m(std::make_shared<Grammar>(g));
+  const auto at = [&](std::string_view text) {
+    Matcher::State s = m.start();
+    for (const int symbol : ::k3::grammar::testing::Symbols(text)) s = m.Next(s, symbol);
+    return s;
+  };
+  EXPECT_EQ(m.MinCompletion(m.start()), 5);  // x=00 and the end
+  EXPECT_EQ(m.MinCompletion(at("l")), 7);
+  EXPECT_EQ(m.MinCompletion(at("[[[")), 7);
+  EXPECT_EQ(m.MinCompletion(at("[[[x")), 7);
+  EXPECT_EQ(m.MinCompletion(at("[x]=")), 3);
+  EXPECT_EQ(m.MinCompletion(at("[x]=1")), 2);
+  EXPECT_EQ(m.MinCompletion(at("[x]=12")), 1);
+  EXPECT_EQ(m.MinCompletion(at("[x]=123")), 1);
+  EXPECT_EQ(m.MinCompletion(at("[x]=12<|end_of_msg|>")), 0);
+  // Following a shortest way, each symbol takes one off.
+  Matcher::State s = at("[[lo");
+  for (int left = m.MinCompletion(s); left > 0; --left) {
+    int best = -1;
+    for (int symbol = 0; symbol < kNumSymbols && best < 0; ++symbol) {
+      const Matcher::State next = m.Next(s, symbol);
+      if (next != Matcher::kDead && m.MinCompletion(next) == left - 1) best = symbol;
+    }
+    ASSERT_GE(best, 0) << left;
+    s = m.Next(s, best);
+  }
+  EXPECT_TRUE(m.Accepting(s));
+  const Matcher::State deep = at("[[[[l");
+  const int before = m.MinCompletion(deep);
+  EXPECT_EQ(m.MinCompletion(m.Compact(deep)), before);
+}
+
 TEST(MatcherTest, DeepRecursionIsBounded) {
   // x ::= "(" x ")" | "": nesting deeper than kMaxDepth is dropped, not grown without end.
   Grammar g = Make([](GrammarBuilder& b) {
