@@ -116,6 +116,14 @@ absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head
   if (settings_.trie != nullptr && settings_.output.constrained()) {
     auto constraint = grammar::GrammarConstraint::ForOutput(settings_.output, settings_.trie);
     if (!constraint.ok()) return constraint.status();
+    // A forced call ends whole within --n-predict (and the context).
+    if (settings_.output.forced()) {
+      const int64_t room = engine_.options().max_context - 1 - result.position_before -
+                           static_cast<int64_t>(fed.size());
+      (*constraint)
+          ->set_token_budget(
+              static_cast<int>(std::min<int64_t>(settings_.n_predict, std::max<int64_t>(room, 0))));
+    }
     request.constraint = std::shared_ptr<grammar::GrammarConstraint>(*std::move(constraint));
   }
   ReplyPrinter printer(tok_, settings_.output);

@@ -147,6 +147,14 @@ std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
     return ApiError{400, std::string(constraint.status().message()), "invalid_request_error", param,
                     ""};
   }
+  // A forced call or JSON document ends whole within the tokens the reply may take.
+  if (r.output.forced()) {
+    const int64_t room =
+        service_.options().batch.max_context - 1 - static_cast<int64_t>(batch.prompt.size());
+    (*constraint)
+        ->set_token_budget(
+            static_cast<int>(std::min<int64_t>(batch.max_tokens, std::max<int64_t>(room, 0))));
+  }
   batch.constraint = std::shared_ptr<grammar::GrammarConstraint>(*std::move(constraint));
   return std::nullopt;
 }
@@ -182,8 +190,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   const CompletionRequest& r = *parsed.request;
   BatchRequest batch;
   if (auto error = Prompt(r, batch.prompt)) return SendError(res, *error);
-  if (auto error = Constrain(r, batch)) return SendError(res, *error);
   batch.max_tokens = r.max_tokens.value_or(options_.default_max_tokens);
+  if (auto error = Constrain(r, batch)) return SendError(res, *error);
   batch.sampler = r.sampler;
   if (!r.seeded)
     batch.sampler.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();

@@ -31,11 +31,16 @@ struct OutputSpec {
   ResponseFormat response_format = ResponseFormat::kText;
   nlohmann::ordered_json response_schema;  // with kJsonSchema
 
+  // True when the client asked for structure that must come whole: a call (required or named)
+  // or a JSON response. The grammar then ends the turn within its max_tokens.
+  bool forced() const {
+    return tool_choice == ToolChoice::kRequired || tool_choice == ToolChoice::kNamed ||
+           response_format != ResponseFormat::kText;
+  }
+
   // True when the turn's tokens must be constrained at all (tools are declared, or a JSON
   // response is asked for); a plain chat samples freely.
-  bool constrained() const {
-    return !tools.empty() || response_format != ResponseFormat::kText;
-  }
+  bool constrained() const { return !tools.empty() || response_format != ResponseFormat::kText; }
 };
 
 }  // namespace k3
