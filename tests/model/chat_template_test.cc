@@ -133,6 +133,14 @@ std::vector<TokenId> RecordedIds(const std::vector<ChatSegment>& segments) {
   return ids;
 }
 
+// Whether `run` comes in `segments` as consecutive segments.
+bool HasRun(const std::vector<ChatSegment>& segments, const std::vector<ChatSegment>& run) {
+  return std::search(segments.begin(), segments.end(), run.begin(), run.end()) != segments.end();
+}
+
+ChatSegment S(const char* name) { return {name, true}; }
+ChatSegment T(const char* text) { return {text, false}; }
+
 std::vector<ChatMessage> ExampleB(ChatOptions& options) {
   options.tools = json::parse(
       R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
@@ -250,6 +258,16 @@ TEST_F(ChatTemplateTest, ExampleCTwoCallsLiteralArgumentsReorderedResultsThinkin
       "system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message."
       "<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>"
       "response<|sep|>");
+  // As segments: each attribute is four, and a literal argument value is one.
+  auto segments = RenderChatSegments(chat, options);
+  ASSERT_TRUE(segments.ok());
+  EXPECT_TRUE(HasRun(*segments, {S("<|open|>"), T("argument"), T(" key"), T("=\""), T("days"),
+                                 T("\""), T(" type"), T("=\""), T("number"), T("\""), S("<|sep|>"),
+                                 T("3e0"), S("<|close|>"), T("argument"), S("<|sep|>")}));
+  EXPECT_TRUE(HasRun(*segments, {S("<|sep|>"), T("{ \"unit\" : \"C\" }"), S("<|close|>")}));
+  EXPECT_TRUE(HasRun(*segments, {S("<|open|>"), T("call"), T(" tool"), T("=\""), T("get_time"),
+                                 T("\""), T(" index"), T("=\""), T("2"), T("\""), S("<|sep|>"),
+                                 S("<|close|>"), T("call"), S("<|sep|>")}));
 }
 
 TEST_F(ChatTemplateTest, ExampleDRawBlockEscapingUnresolvedRunDynamicToolsInjectedText) {
@@ -305,6 +323,10 @@ TEST_F(ChatTemplateTest, ExampleDRawBlockEscapingUnresolvedRunDynamicToolsInject
   auto ids = RenderChat(*tok_, chat, options);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(std::count(ids->begin(), ids->end(), Id("<|end_of_msg|>")), 7);
+  EXPECT_TRUE(HasRun(*segments, {S("<|open|>"), T("json"), T(" type"), T("=\""), T("object"),
+                                 T("\""), S("<|sep|>"), T("{\"path\": \"/tmp/a.txt\""),
+                                 S("<|close|>"), T("json"), S("<|sep|>")}));
+  EXPECT_TRUE(HasRun(*segments, {T(" tool"), T("=\""), T("read&amp;&quot;file"), T("\"")}));
 }
 
 TEST_F(ChatTemplateTest, EachAttributeIsFourSegments) {
