@@ -36,6 +36,9 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;       // chat
   ChatOptions chat;                        // chat: thinking, effort, declared tools, tool choice
   OutputSpec output;                       // chat: what the reply may be (tools, JSON)
+  // chat: the most tokens the think channel may take before the server closes it and opens
+  // the response (unset: the server's --reasoning-budget).
+  std::optional<int32_t> reasoning_budget;
   std::optional<std::string> prompt_text;  // completions: text ...
   std::vector<int32_t> prompt_ids;         // ... or token ids
   std::optional<int32_t> max_tokens;       // absent: the server's default
