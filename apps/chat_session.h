@@ -37,6 +37,7 @@ struct ChatSettings {
   ChatOptions render;  // thinking, effort and the declared tools (--tools)
   OutputSpec output;   // what a reply may be: the tools it may call
   std::shared_ptr<const grammar::TokenTrie> trie;  // with tools: replies sample under a grammar
+  int32_t reasoning_budget = -1;                   // think tokens at most (-1: no limit)
 };
 
 // The figures of one turn, for the stats line and --report-json.
@@ -83,6 +84,7 @@ class ChatSession {
   // token short of the prompt's end in the cache.
   BatchRequest Continue(const std::vector<int32_t>& fed, int64_t head_end, SequenceHooks& hooks,
                         TurnResult& result);
+  absl::Status Constrain(BatchRequest& request, int64_t position) const;
   void Close(const TurnResult& result, const TurnParser& parser);
   absl::Status LoadHistory(const std::string& path, std::vector<int32_t>& tokens);
 

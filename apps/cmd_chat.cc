@@ -140,6 +140,10 @@ absl::StatusOr<ChatSettings> ReadSettings() {
   if (absl::Status st = CheckHistoryPath(s.history_path); !st.ok()) return st;
   if (absl::Status st = ReadToolsFile(absl::GetFlag(FLAGS_tools), s); !st.ok()) return st;
   if (absl::Status st = ReadToolChoice(absl::GetFlag(FLAGS_tool_choice), s); !st.ok()) return st;
+  s.reasoning_budget = absl::GetFlag(FLAGS_reasoning_budget);
+  if (s.reasoning_budget < -1) {
+    return absl::InvalidArgumentError("--reasoning-budget must be -1 (no limit) or >= 0");
+  }
   return s;
 }
 
@@ -321,6 +325,7 @@ const Subcommand& ChatCommand() {
       "(\"result of NAME> \", a line), which goes back to the model as a tool message.\n"
       "--tool-choice auto (default), required (every reply calls a tool, complete within\n"
       "--n-predict), none, or a tool's name (every reply calls that tool).\n"
+      "--reasoning-budget N closes the think channel after N tokens and opens the response.\n"
       "A reply also stops when the context (--max-context) is full; /reset then starts over.\n"
       "Ctrl-C stops a reply and returns to the prompt; Ctrl-C at the prompt exits 130.",
       kChat,

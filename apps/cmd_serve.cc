@@ -82,6 +82,10 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions
   o.max_body_bytes = static_cast<size_t>(mb * 1024 * 1024);
   o.default_max_tokens = absl::GetFlag(FLAGS_n_predict);
   if (o.default_max_tokens < 0) return absl::InvalidArgumentError("--n-predict must be >= 0");
+  o.reasoning_budget = absl::GetFlag(FLAGS_reasoning_budget);
+  if (o.reasoning_budget < -1) {
+    return absl::InvalidArgumentError("--reasoning-budget must be -1 (no limit) or >= 0");
+  }
   o.model_id = absl::GetFlag(FLAGS_model_id);
   if (o.model_id.empty()) {
     o.model_id = std::filesystem::path(engine.model_dir).lexically_normal().filename().string();
@@ -186,7 +190,9 @@ const Subcommand& ServeCommand() {
       "JSON (response_format json_object or json_schema): the reply is then sampled under the\n"
       "grammar of Kimi K3's tool-call markup and the schemas, and its calls come back as\n"
       "tool_calls (docs/TOOLS.md). chat_template_kwargs {\"thinking\": false} turns the think\n"
-      "channel off; reasoning_effort is low, high or max (the default).\n"
+      "channel off; reasoning_effort is low, high or max (the default). --reasoning-budget N\n"
+      "(or a request's reasoning_budget) closes the think channel after N tokens and opens\n"
+      "the response, so that an answer comes.\n"
       "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
       "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
       "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"

@@ -84,6 +84,9 @@ ABSL_FLAG(std::string, dump_logits, "",
 ABSL_FLAG(std::string, system, "", "System prompt: the first message of the conversation.");
 ABSL_FLAG(std::string, tools, "",
           "chat: a JSON file of OpenAI tool definitions the model may call (docs/TOOLS.md).");
+ABSL_FLAG(int32_t, reasoning_budget, -1,
+          "chat, serve: the most tokens the think channel may take; then it is closed and the "
+          "response opened (-1: no limit; a request's reasoning_budget overrides it).");
 ABSL_FLAG(std::string, tool_choice, "auto",
           "chat with --tools: auto, required, none, or the name of the tool every reply calls.");
 ABSL_FLAG(std::string, history, "",
@@ -251,6 +254,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_system), kChat},
       {F(FLAGS_tools), kChat},
       {F(FLAGS_tool_choice), kChat},
+      {F(FLAGS_reasoning_budget), kChat | kServe},
       {F(FLAGS_history), kChat},
       {F(FLAGS_prompts), kGenerate},
       {F(FLAGS_batch), kGenerate | kServe},

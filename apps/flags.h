@@ -51,6 +51,7 @@ ABSL_DECLARE_FLAG(std::string, dump_logits);
 ABSL_DECLARE_FLAG(std::string, system);
 ABSL_DECLARE_FLAG(std::string, tools);
 ABSL_DECLARE_FLAG(std::string, tool_choice);
+ABSL_DECLARE_FLAG(int32_t, reasoning_budget);
 ABSL_DECLARE_FLAG(std::string, history);
 // Batches (generate --prompts) and the server.
 ABSL_DECLARE_FLAG(std::string, prompts);

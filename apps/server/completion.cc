@@ -12,6 +12,7 @@
 #include "apps/server/reply_text.h"
 #include "core/chat_template.h"
 #include "core/grammar/token_mask.h"
+#include "core/tools/thinking_budget.h"
 #include "httplib.h"
 
 namespace k3::server {
@@ -136,6 +137,21 @@ json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
 // grammar (core/grammar), so that what comes back parses and validates.
 std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
                                               BatchRequest& batch) const {
+  if (auto error = ConstrainOutput(r, batch)) return error;
+  // A thinking budget closes the think channel after its tokens (under the grammar, if any).
+  const int32_t budget = r.reasoning_budget.value_or(options_.reasoning_budget);
+  if (r.endpoint != Endpoint::kChat || !r.output.thinking || budget < 0) return std::nullopt;
+  auto thinking = ThinkingBudget::Create(tok_, budget, batch.constraint);
+  if (!thinking.ok()) {
+    return ApiError{400, std::string(thinking.status().message()), "invalid_request_error",
+                    "reasoning_budget", ""};
+  }
+  batch.constraint = std::shared_ptr<ThinkingBudget>(*std::move(thinking));
+  return std::nullopt;
+}
+
+std::optional<ApiError> HttpServer::ConstrainOutput(const CompletionRequest& r,
+                                                    BatchRequest& batch) const {
   if (r.endpoint != Endpoint::kChat || !r.output.constrained()) return std::nullopt;
   const std::string param = r.output.tools.empty() ? "response_format" : "tools";
   if (trie_ == nullptr) {

@@ -37,6 +37,7 @@ struct ServerOptions {
   std::string api_key;               // empty: no key asked for
   size_t max_body_bytes = 8u << 20;  // larger bodies get 413
   int32_t default_max_tokens = 256;  // when a request gives none
+  int32_t reasoning_budget = -1;     // think tokens at most when a request gives none (-1: any)
   std::string model_id = "kimi-k3";  // what /v1/models lists and answers carry
   int threads = 16;                  // HTTP threads: requests followed at once
   bool log_requests = true;          // one line per request on stderr
@@ -58,7 +59,9 @@ class HttpServer {
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
+  // The reply's constraints: the turn's grammar (ConstrainOutput) and the thinking budget.
   std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;
+  std::optional<ApiError> ConstrainOutput(const CompletionRequest& r, BatchRequest& batch) const;
   std::string Metrics() const;
 
   GenerationService& service_;

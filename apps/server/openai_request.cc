@@ -42,10 +42,20 @@ constexpr std::string_view kCommon[] = {"model",
                                         "frequency_penalty",
                                         "logit_bias",
                                         "logprobs"};
-constexpr std::string_view kChatOnly[] = {
-    "messages",        "max_completion_tokens", "top_logprobs",    "tools",         "tool_choice",
-    "response_format", "parallel_tool_calls",   "functions",       "function_call", "metadata",
-    "store",           "chat_template_kwargs",  "reasoning_effort"};
+constexpr std::string_view kChatOnly[] = {"messages",
+                                          "max_completion_tokens",
+                                          "top_logprobs",
+                                          "tools",
+                                          "tool_choice",
+                                          "response_format",
+                                          "parallel_tool_calls",
+                                          "functions",
+                                          "function_call",
+                                          "metadata",
+                                          "store",
+                                          "chat_template_kwargs",
+                                          "reasoning_effort",
+                                          "reasoning_budget"};
 constexpr std::string_view kCompletionOnly[] = {"prompt", "echo", "best_of", "suffix"};
 
 bool Known(std::string_view key, Endpoint endpoint) {
@@ -355,6 +365,12 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
     return Invalid("user", "'user' must be a string");
   }
   if (endpoint == Endpoint::kCompletion) return ReadPrompt(j, r);
+  if (j.contains("reasoning_budget") && !j["reasoning_budget"].is_null()) {
+    if (auto e = ReadInt(j, "reasoning_budget", -1, std::numeric_limits<int32_t>::max(), v)) {
+      return e;
+    }
+    r.reasoning_budget = static_cast<int32_t>(v);
+  }
   if (auto e = ReadMessages(j, r.messages)) return e;
   return ReadToolFields(j, r);
 }

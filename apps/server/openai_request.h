@@ -33,9 +33,9 @@ enum class Endpoint { kChat, kCompletion };
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
-  std::vector<ChatMessage> messages;       // chat
-  ChatOptions chat;                        // chat: thinking, effort, declared tools, tool choice
-  OutputSpec output;                       // chat: what the reply may be (tools, JSON)
+  std::vector<ChatMessage> messages;  // chat
+  ChatOptions chat;                   // chat: thinking, effort, declared tools, tool choice
+  OutputSpec output;                  // chat: what the reply may be (tools, JSON)
   // chat: the most tokens the think channel may take before the server closes it and opens
   // the response (unset: the server's --reasoning-budget).
   std::optional<int32_t> reasoning_budget;

@@ -170,5 +170,31 @@ TEST_F(ServeToolsTest, ACallItsResultAndTheNextTurnRenderTheExactTokens) {
                                           "\" index=\"1\"<|sep|>sunny, 24 C<|close|>message"));
 }
 
+TEST_F(ServeToolsTest, AThinkingBudgetClosesTheThinkChannelAndTheAnswerFollows) {
+  const json params = {{"reasoning_budget", 6}, {"max_tokens", 40}, {"return_token_ids", true}};
+  json plain = Request(params, false), streamed = Request(params, true);
+  streamed.erase("assemble");  // serve_client.cjs collects token_ids from the raw chunks
+  streamed["params"]["stream_options"] = {{"include_usage", true}};
+  const json results = testing::NodeClients(*server_, json::array({plain, streamed}));
+  ASSERT_EQ(results.size(), 2u);
+  auto tok = Tokenizer::Load(*dir_ / "m");
+  ASSERT_TRUE(tok.ok());
+  // Six think tokens, then <|close|>think<|sep|><|open|>response<|sep|>, then the response.
+  std::vector<int32_t> closing = {*tok->SpecialTokenId("<|close|>")};
+  for (int32_t id : tok->Encode("think", false)) closing.push_back(id);
+  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  closing.push_back(*tok->SpecialTokenId("<|open|>"));
+  for (int32_t id : tok->Encode("response", false)) closing.push_back(id);
+  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  for (const json& r : results) {
+    ASSERT_TRUE(r.value("ok", false)) << r.dump();
+    const std::vector<int32_t> ids = r["token_ids"];
+    ASSERT_GT(ids.size(), 6 + closing.size()) << r.dump();
+    EXPECT_TRUE(std::equal(closing.begin(), closing.end(), ids.begin() + 6)) << r.dump();
+    EXPECT_FALSE(r["content"].get<std::string>().empty()) << r.dump();
+  }
+  EXPECT_EQ(results[0]["token_ids"], results[1]["token_ids"]);
+}
+
 }  // namespace
 }  // namespace k3
