@@ -11,13 +11,19 @@ Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout) {
   cv_.wait_for(lock, timeout, [&] { return progress_.ids.size() > seen || progress_.done; });
   Progress out = progress_;
   out.ids.erase(out.ids.begin(), out.ids.begin() + std::min(seen, out.ids.size()));
+  out.logprobs.erase(out.logprobs.begin(),
+                     out.logprobs.begin() + std::min(seen, out.logprobs.size()));
   return out;
 }
 
-void Job::Push(int32_t id) {
+void Job::Push(int32_t id, std::span<const float> logits) {
+  // Computed on the engine thread, outside the lock: a pass over the vocabulary.
+  std::optional<TokenLogprob> logprob;
+  if (top_logprobs_ >= 0) logprob = LogProbs(logits, id, top_logprobs_);
   {
     std::lock_guard lock(mu_);
     progress_.ids.push_back(id);
+    if (logprob) progress_.logprobs.push_back(*std::move(logprob));
   }
   cv_.notify_all();
 }
@@ -134,8 +140,8 @@ void GenerationService::OnDone(BatchResult& result) {
 }
 
 void GenerationService::Loop() {
-  const auto on_token = [this](size_t index, int32_t id, std::span<const float>) {
-    if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id);
+  const auto on_token = [this](size_t index, int32_t id, std::span<const float> logits) {
+    if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id, logits);
   };
   const auto on_done = [this](BatchResult& result) { OnDone(result); };
   std::vector<std::shared_ptr<Job>> incoming;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/logprobs.h"
 #include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
 #include "pipeline/prompt_cache.h"
@@ -31,7 +32,8 @@ namespace k3::server {
 class Job {
  public:
   struct Progress {
-    std::vector<int32_t> ids;  // the tokens sampled after the first `seen`
+    std::vector<int32_t> ids;            // the tokens sampled after the first `seen`
+    std::vector<TokenLogprob> logprobs;  // theirs, when the request asked (set_logprobs)
     bool done = false;
     FinishReason finish = FinishReason::kLength;
     absl::Status status;        // a failed step ends every live job with its error
@@ -41,20 +43,24 @@ class Job {
 
   // Waits until there are more than `seen` tokens or the job is done, or `timeout` passes.
   Progress Wait(size_t seen, std::chrono::milliseconds timeout);
+  // Log probabilities of each sampled token and of its `top` most likely alternatives
+  // (0..20), from the logits it was sampled from; before Submit.
+  void set_logprobs(int top) { top_logprobs_ = top; }
   // Ends the job at the next step (its tokens so far stay; it finishes as interrupted).
   void Cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
  private:
   friend class GenerationService;
-  void Push(int32_t id);
+  void Push(int32_t id, std::span<const float> logits);
   void Finish(FinishReason finish, absl::Status status);
 
   std::mutex mu_;
   std::condition_variable cv_;
   Progress progress_;
   std::atomic<bool> cancelled_{false};
-  BatchRequest request_;  // until the engine thread takes it
+  int top_logprobs_ = -1;  // -1: no log probabilities
+  BatchRequest request_;   // until the engine thread takes it
 };
 
 struct ServiceOptions {
