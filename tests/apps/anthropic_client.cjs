@@ -13,7 +13,7 @@
 // "status", "error", "class", "message"}. "validation" checks with ajv each tool_use block's
 // input against its tool's input_schema: [{"name", "valid", "errors"}].
 "use strict";
-const fs = require("fs");
+const { failure, main } = require("./client_main.cjs");
 
 const [oracleDir, baseURL, requestsPath, outPath] = process.argv.slice(2);
 const sdk = require(require.resolve("@anthropic-ai/sdk", { paths: [oracleDir] }));
@@ -54,16 +54,8 @@ async function run(req) {
     out.validation = validation(req.params, out.message);
     return out;
   } catch (e) {
-    return { ok: false, status: e.status, error: e.error, class: e.constructor.name,
-             message: String(e.message) };
+    return failure(e);
   }
 }
 
-(async () => {
-  const requests = JSON.parse(fs.readFileSync(requestsPath, "utf8"));
-  const results = await Promise.all(requests.map(run));
-  fs.writeFileSync(outPath, JSON.stringify(results));
-})().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+main(requestsPath, outPath, run);

@@ -70,12 +70,9 @@ class ServeAnthropicTest : public ::testing::Test {
     return types;
   }
 
-  static testing::TempDir* dir_;
-  static ServeProcess* server_;
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline ServeProcess* server_ = nullptr;
 };
-
-testing::TempDir* ServeAnthropicTest::dir_ = nullptr;
-ServeProcess* ServeAnthropicTest::server_ = nullptr;
 
 TEST_F(ServeAnthropicTest, APlainMessageIsTheSameStreamedAndNot) {
   const json results = Run({Request("create", json::object()), Request("stream", json::object())});
