@@ -196,7 +196,7 @@ void HttpServer::Messages(const httplib::Request& req, httplib::Response& res) {
       message["prompt_token_ids"] = submission.prompt_ids;
       message["token_ids"] = all.ids;
     }
-    res.set_content(DumpOrdered(message), "application/Json");
+    res.set_content(DumpOrdered(message), "application/json");
     return;
   }
 
@@ -239,7 +239,7 @@ void HttpServer::CountTokens(const httplib::Request& req, httplib::Response& res
   if (parsed.error) return SendError(req, res, *parsed.error);
   std::vector<int32_t> ids;
   if (auto error = Prompt(*parsed.request, ids)) return SendError(req, res, *error);
-  res.set_content(DumpOrdered({{"input_tokens", ids.size()}}), "application/Json");
+  res.set_content(DumpOrdered({{"input_tokens", ids.size()}}), "application/json");
 }
 
 }  // namespace k3::server

@@ -213,6 +213,13 @@ TEST_F(ServeAnthropicTest, BadRequestsRaiseTheSdkErrorNamingTheField) {
   }
   EXPECT_EQ(results[4]["status"], 401) << results[4].dump();
   EXPECT_EQ(results[4]["class"], "AuthenticationError");
+  EXPECT_EQ(results[4]["error"]["error"]["type"], "authentication_error");
+
+  // What httplib answers itself comes in the same shape under /v1/messages.
+  const testing::HttpResult unknown = testing::PostJson(*server_, "/v1/messages/nope", "{}",
+                                                        {"-H", std::string("x-api-key: ") + kKey});
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(json::parse(unknown.body)["error"]["type"], "not_found_error") << unknown.body;
 }
 
 // The same conversation as Anthropic's and as OpenAI's request: the same prompt ids.
