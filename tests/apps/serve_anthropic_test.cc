@@ -92,6 +92,21 @@ TEST_F(ServeAnthropicTest, APlainMessageIsTheSameStreamedAndNot) {
   EXPECT_EQ(results[0]["message"]["content"], results[1]["message"]["content"]);
   EXPECT_EQ(results[0]["message"]["usage"]["input_tokens"],
             results[1]["message"]["usage"]["input_tokens"]);
+  // A stop sequence from the middle of that text ends it there, and is named.
+  const std::string text = results[0]["message"]["content"][0]["text"];
+  size_t at = 2;
+  while (at < text.size() && static_cast<unsigned char>(text[at]) >= 0x80) ++at;
+  ASSERT_LT(at + 1, text.size()) << text;
+  const std::string stop = text.substr(at, 1);
+  const json stopped = Run(json::array({Request("stream", {{"stop_sequences", {stop}}})}));
+  ASSERT_EQ(stopped.size(), 1u);
+  ASSERT_TRUE(stopped[0].value("ok", false)) << stopped[0].dump();
+  EXPECT_EQ(stopped[0]["message"]["stop_reason"], "stop_sequence") << stopped[0].dump();
+  EXPECT_EQ(stopped[0]["message"]["stop_sequence"], stop);
+  const json& blocks = stopped[0]["message"]["content"];
+  EXPECT_EQ(blocks.empty() ? "" : blocks[0]["text"].get<std::string>(),
+            text.substr(0, text.find(stop)));
+
   const json& events = results[1]["events"];
   ASSERT_GE(events.size(), 5u);
   EXPECT_EQ(events.front(), "message_start");
