@@ -59,10 +59,11 @@ fi
 
 # The npm packages the tests run live inside the build tree, never in the repository: the
 # tokenizer oracle (`tiktoken`, a WebAssembly build of the reference tokenizer) and the real
-# client of k3 serve's tests (`openai`, the official OpenAI Node SDK) and `ajv`, the JSON-schema
+# clients of k3 serve's tests (`openai`, the official OpenAI Node SDK, and `@anthropic-ai/sdk`,
+# Anthropic's TypeScript SDK for the Messages API) and `ajv`, the JSON-schema
 # validator that checks the tool calls and structured output those tests receive.
 oracle="$build_dir/oracle"
-for pkg in tiktoken@1 openai@4 ajv@8; do
+for pkg in tiktoken@1 openai@4 ajv@8 @anthropic-ai/sdk@1; do
   name=${pkg%@*}
   if [[ ! -f "$oracle/node_modules/$name/package.json" ]]; then
     echo "setup: installing the npm package $name into $oracle"

@@ -2,14 +2,13 @@
 // handed to the GenerationService, and the reply sent whole or as server-sent events.
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <ctime>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "apps/server/follower.h"
 #include "apps/server/http_internal.h"
 #include "apps/server/http_server.h"
-#include "apps/server/reply_text.h"
 #include "core/chat_template.h"
 #include "core/grammar/token_mask.h"
 #include "core/tools/thinking_budget.h"
@@ -21,10 +20,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-// A stream with nothing to say for this long sends an SSE comment: clients ignore it, and a
-// write that fails is how a disconnected client is noticed while its prompt still runs.
-constexpr milliseconds kHeartbeat{500};
-
 std::string NewId(Endpoint endpoint) {
   static std::atomic<uint64_t> next{0};
   static const uint64_t salt = std::random_device{}();
@@ -32,73 +27,13 @@ std::string NewId(Endpoint endpoint) {
                       absl::Hex(salt, absl::kZeroPad8), absl::Hex(next++, absl::kZeroPad8));
 }
 
-// The text and tokens that came since the last look.
-struct Piece {
-  std::string content, reasoning;
-  std::vector<ToolCall> tool_calls;
-  std::vector<int32_t> ids;
-};
-
-void Take(ReplyText::Delta d, Piece& piece) {
-  piece.content += d.content;
-  piece.reasoning += d.reasoning;
-  for (ToolCall& call : d.tool_calls) piece.tool_calls.push_back(std::move(call));
+// OpenAI's usage, prompt_tokens_details.cached_tokens the part the prompt cache supplied.
+json Usage(const Follower& f) {
+  return {{"prompt_tokens", f.prompt_tokens()},
+          {"completion_tokens", f.completion_tokens()},
+          {"total_tokens", f.prompt_tokens() + f.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens()}}}};
 }
-
-// Follows one job: its tokens turned into text, a stop string ending it early.
-class Follower {
- public:
-  Follower(std::shared_ptr<Job> job, ReplyText text)
-      : job_(std::move(job)), text_(std::move(text)) {}
-
-  // Reads what came within `timeout` into `piece`; true once the reply is over.
-  bool Next(Piece& piece, milliseconds timeout) {
-    last_ = job_->Wait(seen_, timeout);
-    seen_ += last_.ids.size();
-    for (const int32_t id : last_.ids) {
-      if (text_.stopped()) break;
-      piece.ids.push_back(id);
-      ++ids_;
-      Take(text_.Add(id), piece);
-    }
-    if (text_.stopped()) {
-      job_->Cancel();  // the rest of the reply is not wanted
-      return true;
-    }
-    if (!last_.done) return false;
-    Take(text_.Finish(), piece);
-    return true;
-  }
-
-  Job& job() { return *job_; }
-  bool has_tool_calls() const { return !text_.result().tool_calls.empty(); }
-  // An engine error, unless a stop string had ended the reply before it.
-  absl::Status status() const { return text_.stopped() ? absl::OkStatus() : last_.status; }
-  std::string finish_reason() const {
-    if (!text_.result().tool_calls.empty()) return "tool_calls";
-    return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
-  }
-  // Logs why markup of the reply was dropped (a call to an undeclared tool, a cut call).
-  void LogWarnings(bool log) const {
-    if (!log) return;
-    for (const std::string& w : text_.result().warnings) {
-      std::fprintf(stderr, "k3 serve: reply markup dropped: %s\n", w.c_str());
-    }
-  }
-  json Usage() const {
-    return {{"prompt_tokens", last_.prompt_tokens},
-            {"completion_tokens", ids_},
-            {"total_tokens", last_.prompt_tokens + static_cast<int64_t>(ids_)},
-            {"prompt_tokens_details", {{"cached_tokens", last_.cached_tokens}}}};
-  }
-
- private:
-  std::shared_ptr<Job> job_;
-  ReplyText text_;
-  size_t seen_ = 0;
-  size_t ids_ = 0;
-  Job::Progress last_;
-};
 
 // OpenAI's tool_calls: in a message, or (with `index`) in a stream's delta.
 json ToolCalls(const std::vector<ToolCall>& calls, bool chunk) {
@@ -200,31 +135,39 @@ std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,
   return std::nullopt;
 }
 
-void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  ParseResult parsed = ParseCompletionRequest(req.body, endpoint);
-  if (parsed.error) return SendError(res, *parsed.error);
-  const CompletionRequest& r = *parsed.request;
+std::optional<ApiError> HttpServer::Submit(const CompletionRequest& r, Submission& out) {
   BatchRequest batch;
-  if (auto error = Prompt(r, batch.prompt)) return SendError(res, *error);
+  if (auto error = Prompt(r, batch.prompt)) return error;
   batch.max_tokens = r.max_tokens.value_or(options_.default_max_tokens);
-  if (auto error = Constrain(r, batch)) return SendError(res, *error);
+  if (auto error = Constrain(r, batch)) return error;
   batch.sampler = r.sampler;
   if (!r.seeded)
     batch.sampler.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
   batch.stop_ids = stop_ids;
-  const std::vector<int32_t> prompt_ids =
-      r.return_token_ids ? batch.prompt : std::vector<int32_t>{};
+  out.prompt_ids = batch.prompt;
   absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch));
   if (!job.ok()) {
     ApiError error = ErrorFromStatus(job.status());
-    if (error.http_status == 400) error.param = endpoint == Endpoint::kChat ? "messages" : "prompt";
-    if (error.http_status == 429) res.set_header("Retry-After", "1");
-    return SendError(res, error);
+    if (error.http_status == 400)
+      error.param = r.endpoint == Endpoint::kChat ? "messages" : "prompt";
+    return error;
   }
-  auto follower = std::make_shared<Follower>(*job, endpoint == Endpoint::kChat
-                                                       ? ReplyText(tok_, r.output, stop_ids, r.stop)
-                                                       : ReplyText(tok_, false, stop_ids, r.stop));
+  out.follower = std::make_shared<Follower>(*job, r.endpoint == Endpoint::kChat
+                                                      ? ReplyText(tok_, r.output, stop_ids, r.stop)
+                                                      : ReplyText(tok_, false, stop_ids, r.stop));
+  return std::nullopt;
+}
+
+void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  ParseResult parsed = ParseCompletionRequest(req.body, endpoint);
+  if (parsed.error) return SendError(res, *parsed.error);
+  const CompletionRequest& r = *parsed.request;
+  Submission submission;
+  if (auto error = Submit(r, submission)) return SendError(res, *error);
+  const std::shared_ptr<Follower> follower = submission.follower;
+  const std::vector<int32_t> prompt_ids =
+      r.return_token_ids ? std::move(submission.prompt_ids) : std::vector<int32_t>{};
   json head = {{"id", NewId(endpoint)},
                {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -241,7 +184,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     choice["finish_reason"] = follower->finish_reason();
     if (with_ids) choice["prompt_token_ids"] = prompt_ids;
     head["choices"] = json::array({std::move(choice)});
-    head["usage"] = follower->Usage();
+    head["usage"] = Usage(*follower);
     res.set_content(Dump(head), "application/json");
     return;
   }
@@ -275,8 +218,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         for (bool over = false; ok && !over;) {
           Piece piece;
           over = follower->Next(piece, kHeartbeat);
-          if (!piece.content.empty() || !piece.reasoning.empty() || !piece.tool_calls.empty() ||
-              (with_ids && !piece.ids.empty()) || (first && over)) {
+          if (piece.has_text() || (with_ids && !piece.ids.empty()) || (first && over)) {
             ok = send_piece(piece);
           } else if (!over) {
             ok = write(": keep-alive\n\n");
@@ -295,7 +237,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
           last["finish_reason"] = follower->finish_reason();
           send(json::array({std::move(last)}));
           if (include_usage) {
-            const json usage = follower->Usage();
+            const json usage = Usage(*follower);
             send(json::array(), &usage);
           }
           write("data: [DONE]\n\n");

@@ -6,8 +6,9 @@
 #include "nlohmann/json.hpp"
 
 namespace httplib {
+class Request;
 class Response;
-}
+}  // namespace httplib
 
 namespace k3::server {
 
@@ -15,7 +16,10 @@ namespace k3::server {
 // a model can sample any bytes) become U+FFFD instead of failing the answer.
 std::string Dump(const nlohmann::json& j);
 
+// In the OpenAI API's shape; 429 with Retry-After.
 void SendError(httplib::Response& res, const ApiError& error);
+// In the shape of the API `req` was sent to (Anthropic's under /v1/messages, else OpenAI's).
+void SendError(const httplib::Request& req, httplib::Response& res, const ApiError& error);
 // 400 for InvalidArgument, 429 ResourceExhausted, 503 Unavailable, else 500.
 ApiError ErrorFromStatus(const absl::Status& status);
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "apps/server/anthropic_request.h"
 #include "apps/server/http_internal.h"
 #include "core/grammar/token_mask.h"
 #include "httplib.h"
@@ -29,7 +30,15 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
+  if (error.http_status == 429) res.set_header("Retry-After", "1");
   res.set_content(Dump(error.ToJson()), "application/json");
+}
+
+void SendError(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+  SendError(res, error);
+  if (req.path.starts_with("/v1/messages")) {
+    res.set_content(Dump(AnthropicErrorJson(error)), "application/json");
+  }
 }
 
 ApiError ErrorFromStatus(const absl::Status& status) {
@@ -125,14 +134,17 @@ void HttpServer::Routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;
+    // Anthropic's clients send the key as x-api-key.
     const std::string want = "Bearer " + options_.api_key;
-    if (req.get_header_value("Authorization") == want)
+    if (req.get_header_value("Authorization") == want ||
+        req.get_header_value("x-api-key") == options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    const bool given = req.has_header("Authorization");
-    SendError(res,
+    const bool given = req.has_header("Authorization") || req.has_header("x-api-key");
+    SendError(req, res,
               {401,
                given ? "Incorrect API key provided."
-                     : "You didn't provide an API key: send it as 'Authorization: Bearer KEY'.",
+                     : "You didn't provide an API key: send it as 'Authorization: Bearer KEY' "
+                       "or 'x-api-key: KEY'.",
                "invalid_request_error", "", "invalid_api_key"});
     return httplib::Server::HandlerResponse::Handled;
   });
@@ -151,12 +163,13 @@ void HttpServer::Routes() {
     } else if (res.status == 405) {
       message = absl::StrCat("Method ", req.method, " is not allowed for ", req.path);
     }
-    SendError(res, {res.status, message,
-                    res.status >= 500 ? "server_error" : "invalid_request_error", "", code});
+    SendError(req, res,
+              {res.status, message, res.status >= 500 ? "server_error" : "invalid_request_error",
+               "", code});
   });
   // A bug must not take the server down or leave the client without an answer.
   s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
         std::string what = "unknown error";
         try {
           std::rethrow_exception(e);
@@ -164,13 +177,14 @@ void HttpServer::Routes() {
           what = ex.what();
         } catch (...) {
         }
-        SendError(res, {500, "internal error: " + what, "server_error", "", ""});
+        SendError(req, res, {500, "internal error: " + what, "server_error", "", ""});
       });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     {
       std::lock_guard lock(counters_->mu);
       // Known routes by name, anything else as one label: a client cannot grow the table.
       const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                         req.path == "/v1/messages" || req.path == "/v1/messages/count_tokens" ||
                          req.path == "/v1/models" || req.path == "/health" ||
                          req.path == "/metrics";
       ++counters_->requests[{known ? req.path : "other", res.status}];
@@ -186,6 +200,10 @@ void HttpServer::Routes() {
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Complete(req, res, Endpoint::kCompletion);
   });
+  s.Post("/v1/messages",
+         [this](const httplib::Request& req, httplib::Response& res) { Messages(req, res); });
+  s.Post("/v1/messages/count_tokens",
+         [this](const httplib::Request& req, httplib::Response& res) { CountTokens(req, res); });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json model = {
         {"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "k3"}};

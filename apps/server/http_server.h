@@ -1,6 +1,6 @@
-// The HTTP side of `k3 serve`: the OpenAI routes, the API key, body limits and errors in the
-// API's shape, server-sent events, and /metrics. Requests go to a GenerationService; one HTTP
-// thread follows each request to its end.
+// The HTTP side of `k3 serve`: the OpenAI routes, Anthropic's Messages, the API key, body limits
+// and errors in the API's shape, server-sent events, and /metrics. Requests go to a
+// GenerationService; one HTTP thread follows each request to its end.
 //
 // cpp-httplib (Debian's libcpp-httplib-dev 0.11) rather than Boost.Beast: its thread pool and
 // chunked content providers are exactly "one thread follows one request, writing events as
@@ -31,6 +31,8 @@ class TokenTrie;
 
 namespace k3::server {
 
+struct Submission;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port
@@ -58,6 +60,11 @@ class HttpServer {
   struct Counters;
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Anthropic's POST /v1/messages and /v1/messages/count_tokens (anthropic_reply.cc).
+  void Messages(const httplib::Request& req, httplib::Response& res);
+  void CountTokens(const httplib::Request& req, httplib::Response& res);
+  // Renders, constrains and submits a parsed request of either API.
+  std::optional<ApiError> Submit(const CompletionRequest& r, Submission& out);
   std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
   // The reply's constraints: the turn's grammar (ConstrainOutput) and the thinking budget.
   std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;

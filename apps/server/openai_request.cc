@@ -65,7 +65,8 @@ bool Known(std::string_view key, Endpoint endpoint) {
   return in(kCommon) || (endpoint == Endpoint::kChat ? in(kChatOnly) : in(kCompletionOnly));
 }
 
-// Numbers: JSON integers (or floats with an integral value) within [lo, hi].
+}  // namespace
+
 std::optional<ApiError> ReadInt(const Json& j, const std::string& key, int64_t lo, int64_t hi,
                                 int64_t& out) {
   const Json& v = j[key];
@@ -98,6 +99,8 @@ std::optional<ApiError> ReadNumber(const Json& j, const std::string& key, double
   }
   return std::nullopt;
 }
+
+namespace {
 
 bool Neutral(const Json& v) {
   return v.is_null() || v == false || (v.is_number() && v.get<double>() == 0) ||
@@ -282,7 +285,9 @@ std::optional<ApiError> ReadFlag(const Json& j, const std::string& key, bool& ou
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadSampling(const Json& j, CompletionRequest& r) {
+}  // namespace
+
+std::optional<ApiError> ReadSampling(const Json& j, double max_temperature, CompletionRequest& r) {
   // The API's defaults: temperature 1, top_p 1, no top-k.
   SamplerOptions& s = r.sampler;
   s.greedy = false;
@@ -290,7 +295,7 @@ std::optional<ApiError> ReadSampling(const Json& j, CompletionRequest& r) {
   s.top_p = 1.0;
   s.top_k = 0;
   if (j.contains("temperature") && !j["temperature"].is_null()) {
-    if (auto e = ReadNumber(j, "temperature", 0, 2, s.temperature)) return e;
+    if (auto e = ReadNumber(j, "temperature", 0, max_temperature, s.temperature)) return e;
   }
   if (j.contains("top_p") && !j["top_p"].is_null()) {
     if (auto e = ReadNumber(j, "top_p", 0, 1, s.top_p)) return e;
@@ -313,6 +318,8 @@ std::optional<ApiError> ReadSampling(const Json& j, CompletionRequest& r) {
   if (s.greedy) s.temperature = 1.0;  // unused, but kept valid
   return std::nullopt;
 }
+
+namespace {
 
 std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionRequest& r) {
   if (!j.is_object()) return Invalid("", "the request body must be a JSON object");
@@ -343,7 +350,7 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
     if (auto e = ReadInt(j, key, 0, std::numeric_limits<int32_t>::max(), v)) return e;
     r.max_tokens = static_cast<int32_t>(v);
   }
-  if (auto e = ReadSampling(j, r)) return e;
+  if (auto e = ReadSampling(j, 2, r)) return e;
   if (j.contains("stop")) {
     if (auto e = ReadStop(j["stop"], r.stop)) return e;
   }
@@ -390,7 +397,7 @@ nlohmann::json ApiError::ToJson() const {
   return {{"error", std::move(error)}};
 }
 
-ParseResult ParseCompletionRequest(std::string_view body, Endpoint endpoint) {
+ParseResult ParseBody(std::string_view body, const BodyReader& read) {
   ParseResult result;
   const Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
@@ -398,12 +405,17 @@ ParseResult ParseCompletionRequest(std::string_view body, Endpoint endpoint) {
     return result;
   }
   CompletionRequest request;
-  if (auto e = Parse(j, endpoint, request)) {
+  if (auto e = read(j, request)) {
     result.error = std::move(e);
   } else {
     result.request = std::move(request);
   }
   return result;
+}
+
+ParseResult ParseCompletionRequest(std::string_view body, Endpoint endpoint) {
+  return ParseBody(
+      body, [endpoint](const Json& j, CompletionRequest& r) { return Parse(j, endpoint, r); });
 }
 
 }  // namespace k3::server

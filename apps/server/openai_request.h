@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,23 @@ struct ParseResult {
   std::optional<CompletionRequest> request;
   std::optional<ApiError> error;
 };
+
+// The number `j[key]` within [lo, hi], else a 400 naming `key`: integers are JSON integers or
+// floats with an integral value. Shared by the parser of Anthropic's requests.
+std::optional<ApiError> ReadInt(const nlohmann::ordered_json& j, const std::string& key, int64_t lo,
+                                int64_t hi, int64_t& out);
+std::optional<ApiError> ReadNumber(const nlohmann::ordered_json& j, const std::string& key,
+                                   double lo, double hi, double& out);
+
+// temperature (in [0, max_temperature], 0 greedy), top_p, top_k and seed, at the defaults of
+// both APIs when absent: temperature 1, no nucleus or top-k cut.
+std::optional<ApiError> ReadSampling(const nlohmann::ordered_json& j, double max_temperature,
+                                     CompletionRequest& r);
+
+// Parses `body` as JSON, never throwing, and reads it with `read`: the request, or its error.
+using BodyReader =
+    std::function<std::optional<ApiError>(const nlohmann::ordered_json&, CompletionRequest&)>;
+ParseResult ParseBody(std::string_view body, const BodyReader& read);
 
 // The body of a POST to `endpoint`. Errors are 400 with `param` set, except what only the
 // server can judge (the model name, the context, the vocabulary).

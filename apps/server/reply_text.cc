@@ -65,7 +65,12 @@ ReplyText::Delta ReplyText::Release(std::string content, std::string reasoning, 
   held_ += content;
   // The first stop string in the text ends the reply there.
   size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const std::string& s : stops_) {
+    if (const size_t at = held_.find(s); at < cut) {
+      cut = at;
+      matched_stop_ = s;
+    }
+  }
   if (cut != std::string::npos) {
     out.content = held_.substr(0, cut);
     content_ += out.content;

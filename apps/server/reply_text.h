@@ -36,6 +36,7 @@ class ReplyText {
   Delta Add(int32_t id);
   Delta Finish();                            // what is held back, at the end of the reply
   bool stopped() const { return stopped_; }  // a stop string was found: the reply is over
+  const std::string& matched_stop() const { return matched_stop_; }  // that string
 
   // A chat's parse so far, with `content` as released (cut at a stop string) and null when it
   // is empty and there are calls; finish_reason is result().FinishReason(cut at max_tokens).
@@ -53,6 +54,7 @@ class ReplyText {
   std::string held_;         // content not yet released (it may begin a stop string)
   std::string content_;      // content released so far
   bool stopped_ = false;
+  std::string matched_stop_;
 };
 
 }  // namespace k3::server

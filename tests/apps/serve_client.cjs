@@ -16,7 +16,7 @@
 // call's arguments against its tool's `parameters`, and the content against a json_schema
 // response format: [{"name", "valid", "errors"}].
 "use strict";
-const fs = require("fs");
+const { failure, main } = require("./client_main.cjs");
 
 const [oracleDir, baseURL, requestsPath, outPath] = process.argv.slice(2);
 const OpenAI = require(require.resolve("openai", { paths: [oracleDir] })).default;
@@ -114,16 +114,8 @@ async function run(req) {
     return out;
   } catch (e) {
     if (out.aborted) return out;
-    return { ok: false, status: e.status, error: e.error, class: e.constructor.name,
-             message: String(e.message) };
+    return failure(e);
   }
 }
 
-(async () => {
-  const requests = JSON.parse(fs.readFileSync(requestsPath, "utf8"));
-  const results = await Promise.all(requests.map(run));
-  fs.writeFileSync(outPath, JSON.stringify(results));
-})().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+main(requestsPath, outPath, run);

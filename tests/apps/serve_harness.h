@@ -1,5 +1,5 @@
 // What the k3 serve tests share: the server as a child process on a free loopback port, curl,
-// the OpenAI Node SDK (tests/apps/serve_client.cjs), /metrics, and `k3 generate` alone for
+// the OpenAI and Anthropic Node SDKs (tests/apps/*.cjs), /metrics, and `k3 generate` alone for
 // the ids every answer must equal.
 #pragma once
 
@@ -136,12 +136,14 @@ inline bool WaitForMetric(const ServeProcess& s, const std::string& sample, doub
   return false;
 }
 
-// Runs requests through the OpenAI Node SDK, all at once; one result each (serve_client.cjs).
-inline json NodeClients(const ServeProcess& s, const json& requests) {
+// Runs requests through a client script (tests/apps/*.cjs) of the npm `packages`, all at once,
+// against `base_url`; one result each.
+inline json NodeScript(const std::string& script_name, const std::vector<std::string>& packages,
+                       const std::string& base_url, const json& requests) {
   const char* build = std::getenv("K3_BUILD_DIR");
   const std::string oracle = std::string(build != nullptr ? build : "build") + "/oracle";
-  const std::string script = testing::SourcePath("tests/apps/serve_client.cjs");
-  for (const char* package : {"openai", "ajv"}) {
+  const std::string script = testing::SourcePath("tests/apps/" + script_name);
+  for (const std::string& package : packages) {
     if (!std::ifstream(oracle + "/node_modules/" + package + "/package.json")) {
       ADD_FAILURE() << "the npm package " << package << " is not in " << oracle
                     << " (scripts/setup-deps.sh installs it)";
@@ -151,12 +153,23 @@ inline json NodeClients(const ServeProcess& s, const json& requests) {
   TempDir io;
   std::ofstream(io / "requests.json") << requests.dump();
   const std::string cmd = "node " + ShellQuote(script) + " " + ShellQuote(oracle) + " " +
-                          ShellQuote(s.url("/v1")) + " " + ShellQuote(io / "requests.json") + " " +
+                          ShellQuote(base_url) + " " + ShellQuote(io / "requests.json") + " " +
                           ShellQuote(io / "out.json");
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd;
   const std::string out = ReadAll(io / "out.json");
   return out.empty() ? json::array() : json::parse(out);
+}
+
+// Runs requests through the OpenAI Node SDK, all at once; one result each (serve_client.cjs).
+inline json NodeClients(const ServeProcess& s, const json& requests) {
+  return NodeScript("serve_client.cjs", {"openai", "ajv"}, s.url("/v1"), requests);
+}
+
+// The same through Anthropic's TypeScript SDK (anthropic_client.cjs), which appends
+// /v1/messages to the server's root.
+inline json AnthropicClients(const ServeProcess& s, const json& requests) {
+  return NodeScript("anthropic_client.cjs", {"@anthropic-ai/sdk", "ajv"}, s.url(), requests);
 }
 
 // The demo model (what `make run` generates on) at `dir`; `layers` > 0 cuts it to that many

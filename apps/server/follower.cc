@@ -1,0 +1,52 @@
+#include "apps/server/follower.h"
+
+#include <cstdio>
+
+namespace k3::server {
+
+namespace {
+
+void Take(ReplyText::Delta d, Piece& piece) {
+  piece.content += d.content;
+  piece.reasoning += d.reasoning;
+  for (ToolCall& call : d.tool_calls) piece.tool_calls.push_back(std::move(call));
+}
+
+}  // namespace
+
+bool Follower::Next(Piece& piece, std::chrono::milliseconds timeout) {
+  last_ = job_->Wait(seen_, timeout);
+  seen_ += last_.ids.size();
+  for (const int32_t id : last_.ids) {
+    if (text_.stopped()) break;
+    piece.ids.push_back(id);
+    ++ids_;
+    Take(text_.Add(id), piece);
+  }
+  if (text_.stopped()) {
+    job_->Cancel();  // the rest of the reply is not wanted
+    return true;
+  }
+  if (!last_.done) return false;
+  Take(text_.Finish(), piece);
+  return true;
+}
+
+std::string Follower::finish_reason() const {
+  if (!text_.result().tool_calls.empty()) return "tool_calls";
+  return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
+}
+
+std::optional<std::string> Follower::stop_string() const {
+  if (!text_.stopped()) return std::nullopt;
+  return text_.matched_stop();
+}
+
+void Follower::LogWarnings(bool log) const {
+  if (!log) return;
+  for (const std::string& w : text_.result().warnings) {
+    std::fprintf(stderr, "k3 serve: reply markup dropped: %s\n", w.c_str());
+  }
+}
+
+}  // namespace k3::server
