@@ -124,7 +124,11 @@ std::string DescribeSet(const SymbolSet& set) {
     if (!set.Has(c)) continue;
     int end = c;
     while (end + 1 < kNumSymbols && set.Has(end + 1)) ++end;
-    absl::StrAppendFormat(&out, end > c ? "%x-%x " : "%x ", c, end);
+    if (end > c) {
+      absl::StrAppendFormat(&out, "%x-%x ", c, end);
+    } else {
+      absl::StrAppendFormat(&out, "%x ", c);
+    }
     c = end;
   }
   out.back() = ']';
