@@ -66,6 +66,54 @@ json Choice(Endpoint endpoint, bool chunk, const Piece& piece, bool with_ids) {
   return c;
 }
 
+// A token's text and bytes as the API gives them (bytes: the UTF-8 of a partial character).
+void TokenFields(const Tokenizer& tok, int32_t id, json& out, const char* text_key) {
+  auto bytes = tok.TokenBytes(id);
+  const std::string text = bytes.ok() ? std::string(*bytes) : std::string();
+  out[text_key] = text;
+  json list = json::array();
+  for (unsigned char b : text) list.push_back(static_cast<int>(b));
+  out["bytes"] = std::move(list);
+}
+
+// The choice's `logprobs`: chat's {"content": [...]} or the completions' four lists.
+json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<TokenLogprob>& all) {
+  if (endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprob& lp : all) {
+      json entry = {{"logprob", lp.logprob}, {"top_logprobs", json::array()}};
+      TokenFields(tok, lp.id, entry, "token");
+      for (const auto& [id, logprob] : lp.top) {
+        json alt = {{"logprob", logprob}};
+        TokenFields(tok, id, alt, "token");
+        entry["top_logprobs"].push_back(std::move(alt));
+      }
+      content.push_back(std::move(entry));
+    }
+    return {{"content", std::move(content)}};
+  }
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  size_t offset = 0;
+  for (const TokenLogprob& lp : all) {
+    auto bytes = tok.TokenBytes(lp.id);
+    const std::string text = bytes.ok() ? std::string(*bytes) : std::string();
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, logprob] : lp.top) {
+      auto alt = tok.TokenBytes(id);
+      top[alt.ok() ? std::string(*alt) : std::string()] = logprob;
+    }
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(offset);
+    offset += text.size();
+  }
+  return out;
+}
+
 }  // namespace
 
 // With tools or a JSON response format, every token of the reply is sampled under the turn's
@@ -146,7 +194,7 @@ std::optional<ApiError> HttpServer::Submit(const CompletionRequest& r, Submissio
   const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
   batch.stop_ids = stop_ids;
   out.prompt_ids = batch.prompt;
-  absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch));
+  absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch), r.top_logprobs);
   if (!job.ok()) {
     ApiError error = ErrorFromStatus(job.status());
     if (error.http_status == 400)
@@ -181,6 +229,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     if (absl::Status s = follower->status(); !s.ok()) return SendError(res, ErrorFromStatus(s));
     follower->LogWarnings(options_.log_requests);
     json choice = Choice(endpoint, false, all, with_ids);
+    if (r.top_logprobs >= 0) choice["logprobs"] = LogprobsJson(tok_, endpoint, all.logprobs);
     choice["finish_reason"] = follower->finish_reason();
     if (with_ids) choice["prompt_token_ids"] = prompt_ids;
     head["choices"] = json::array({std::move(choice)});
@@ -195,8 +244,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   const bool include_usage = r.include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [follower, head, endpoint, with_ids, include_usage, prompt_ids, log = options_.log_requests](
-          size_t, httplib::DataSink& sink) {
+      [follower, head, endpoint, with_ids, include_usage, prompt_ids, log = options_.log_requests,
+       logprobs = r.top_logprobs >= 0, tok = &tok_](size_t, httplib::DataSink& sink) {
         auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
         auto send = [&](json choices, const json* usage = nullptr) {
           json chunk = head;
@@ -208,6 +257,7 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         bool first = true;  // the first chunk carries the prompt's ids
         auto send_piece = [&](const Piece& piece) {
           json choice = Choice(endpoint, true, piece, with_ids);
+          if (logprobs) choice["logprobs"] = LogprobsJson(*tok, endpoint, piece.logprobs);
           if (first && endpoint == Endpoint::kChat)
             choice["delta"] = {{"role", "assistant"}, {"content", ""}};
           if (first && with_ids) choice["prompt_token_ids"] = prompt_ids;
@@ -218,7 +268,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         for (bool over = false; ok && !over;) {
           Piece piece;
           over = follower->Next(piece, kHeartbeat);
-          if (piece.has_text() || (with_ids && !piece.ids.empty()) || (first && over)) {
+          if (piece.has_text() || ((with_ids || logprobs) && !piece.ids.empty()) ||
+              (first && over)) {
             ok = send_piece(piece);
           } else if (!over) {
             ok = write(": keep-alive\n\n");

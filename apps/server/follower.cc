@@ -17,9 +17,11 @@ void Take(ReplyText::Delta d, Piece& piece) {
 bool Follower::Next(Piece& piece, std::chrono::milliseconds timeout) {
   last_ = job_->Wait(seen_, timeout);
   seen_ += last_.ids.size();
-  for (const int32_t id : last_.ids) {
+  for (size_t i = 0; i < last_.ids.size(); ++i) {
+    const int32_t id = last_.ids[i];
     if (text_.stopped()) break;
     piece.ids.push_back(id);
+    if (i < last_.logprobs.size()) piece.logprobs.push_back(last_.logprobs[i]);
     ++ids_;
     Take(text_.Add(id), piece);
   }

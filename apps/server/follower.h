@@ -24,6 +24,7 @@ struct Piece {
   std::string content, reasoning;
   std::vector<ToolCall> tool_calls;
   std::vector<int32_t> ids;
+  std::vector<TokenLogprob> logprobs;  // of `ids`, when the request asked
 
   bool has_text() const { return !content.empty() || !reasoning.empty() || !tool_calls.empty(); }
 };

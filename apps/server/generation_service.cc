@@ -58,7 +58,8 @@ void GenerationService::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request) {
+absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request,
+                                                               int top_logprobs) {
   const int64_t context = options_.batch.max_context;
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (static_cast<int64_t>(request.prompt.size()) >= context) {
@@ -69,6 +70,7 @@ absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest requ
   if (absl::Status s = ValidateSamplerOptions(request.sampler); !s.ok()) return s;
   auto job = std::make_shared<Job>();
   job->request_ = std::move(request);
+  job->top_logprobs_ = top_logprobs;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");

@@ -43,9 +43,6 @@ class Job {
 
   // Waits until there are more than `seen` tokens or the job is done, or `timeout` passes.
   Progress Wait(size_t seen, std::chrono::milliseconds timeout);
-  // Log probabilities of each sampled token and of its `top` most likely alternatives
-  // (0..20), from the logits it was sampled from; before Submit.
-  void set_logprobs(int top) { top_logprobs_ = top; }
   // Ends the job at the next step (its tokens so far stay; it finishes as interrupted).
   void Cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
@@ -85,7 +82,8 @@ class GenerationService {
 
   // ResourceExhausted when max_queue requests wait already, InvalidArgument for one that can
   // never run (its prompt fills the context, bad sampler settings).
-  absl::StatusOr<std::shared_ptr<Job>> Submit(BatchRequest request);
+  // `top_logprobs` >= 0: the job records each token's log probabilities (Job::set_logprobs).
+  absl::StatusOr<std::shared_ptr<Job>> Submit(BatchRequest request, int top_logprobs = -1);
   // Ends the live jobs as interrupted and the engine thread; idempotent.
   void Stop();
 

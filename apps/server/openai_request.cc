@@ -321,6 +321,26 @@ std::optional<ApiError> ReadSampling(const Json& j, double max_temperature, Comp
 
 namespace {
 
+// Chat: logprobs true (top_logprobs 0..20 alternatives); completions: logprobs N (0..5).
+std::optional<ApiError> ReadLogprobs(const Json& j, Endpoint endpoint, CompletionRequest& r) {
+  int64_t v = 0;
+  const bool given = j.contains("logprobs") && !j["logprobs"].is_null();
+  if (endpoint == Endpoint::kCompletion) {
+    if (!given || j["logprobs"] == false) return std::nullopt;
+    if (auto e = ReadInt(j, "logprobs", 0, 5, v)) return e;
+    r.top_logprobs = static_cast<int>(v);
+    return std::nullopt;
+  }
+  bool on = false;
+  if (auto e = ReadFlag(j, "logprobs", on)) return e;
+  if (j.contains("top_logprobs") && !j["top_logprobs"].is_null()) {
+    if (auto e = ReadInt(j, "top_logprobs", 0, 20, v)) return e;
+    if (!on) return Invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
+  if (on) r.top_logprobs = static_cast<int>(v);
+  return std::nullopt;
+}
+
 std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionRequest& r) {
   if (!j.is_object()) return Invalid("", "the request body must be a JSON object");
   for (const auto& field : j.items()) {
@@ -335,8 +355,8 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
     r.model = j["model"].get<std::string>();
   }
   // Options this server leaves out, accepted at the value that means "off".
-  for (const char* key : {"presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
-                          "top_logprobs", "functions", "function_call", "echo", "suffix"}) {
+  for (const char* key : {"presence_penalty", "frequency_penalty", "logit_bias", "functions",
+                          "function_call", "echo", "suffix"}) {
     if (j.contains(key) && !Neutral(j[key])) return Unsupported(key, "");
   }
   int64_t v = 0;
@@ -371,6 +391,7 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
   if (j.contains("user") && !j["user"].is_string() && !j["user"].is_null()) {
     return Invalid("user", "'user' must be a string");
   }
+  if (auto e = ReadLogprobs(j, endpoint, r)) return e;
   if (endpoint == Endpoint::kCompletion) return ReadPrompt(j, r);
   if (j.contains("reasoning_budget") && !j["reasoning_budget"].is_null()) {
     if (auto e = ReadInt(j, "reasoning_budget", -1, std::numeric_limits<int32_t>::max(), v)) {

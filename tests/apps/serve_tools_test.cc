@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "core/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/apps/serve_harness.h"
@@ -194,6 +197,43 @@ TEST_F(ServeToolsTest, AThinkingBudgetClosesTheThinkChannelAndTheAnswerFollows) 
     EXPECT_FALSE(r["content"].get<std::string>().empty()) << r.dump();
   }
   EXPECT_EQ(results[0]["token_ids"], results[1]["token_ids"]);
+}
+
+TEST_F(ServeToolsTest, LogprobsAreTheLogSoftmaxOfTheEnginesLogits) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                     {"max_tokens", 2},
+                     {"temperature", 0},
+                     {"logprobs", true},
+                     {"top_logprobs", 5},
+                     {"return_token_ids", true}};
+  const testing::HttpResult r = testing::PostJson(*server_, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = json::parse(r.body)["choices"][0];
+  const json& content = choice["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u) << r.body;
+  // The logits after the prompt, as `k3 generate --dump-logits` writes them.
+  testing::TempDir io;
+  std::string ids;
+  for (const json& id : choice["prompt_token_ids"]) {
+    ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  }
+  const testing::K3Result gen = testing::RunK3({"generate", "-m", *dir_ / "m", "--quiet", "--ids",
+                                                ids, "-n", "1", "--dump-logits", io / "l.f32"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  const std::string bytes = testing::ReadAll(io / "l.f32");
+  std::vector<float> logits(bytes.size() / 4);
+  std::memcpy(logits.data(), bytes.data(), bytes.size());
+  double max = -1e30, sum = 0;
+  for (float x : logits) max = std::max(max, static_cast<double>(x));
+  for (float x : logits) sum += std::exp(x - max);
+  const double lse = max + std::log(sum);
+  const int first = choice["token_ids"][0];
+  EXPECT_NEAR(content[0]["logprob"].get<double>(), logits[first] - lse, 1e-5);
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 5u);
+  EXPECT_EQ(content[0]["top_logprobs"][0]["logprob"], content[0]["logprob"]);  // greedy
+  for (const json& alt : content[0]["top_logprobs"]) {
+    EXPECT_LE(alt["logprob"].get<double>(), content[0]["logprob"].get<double>() + 1e-9);
+  }
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ TEST(OpenAiRequestTest, ErrorsNameTheField) {
       {R"({"prompt": ["a", "b"]})", "prompt"},
       {R"({"prompt": "x", "stream_options": {"x": 1}})", "stream_options.x"},
       {R"({"prompt": "x", "model": 5})", "model"},
-      {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+      {R"({"prompt": "x", "logprobs": 6})", "logprobs"},
       {R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
   };
   for (const auto& [body, param] : cases) {
