@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/tokenizer/tokenizer.h"
 #include "tests/apps/serve_harness.h"
 
 namespace k3 {
@@ -144,6 +145,32 @@ TEST_F(ServeAnthropicTest, ThinkingOnGivesASignedThinkingBlockAndOffNone) {
   EXPECT_EQ(results[0]["message"]["content"], results[1]["message"]["content"]);
   ASSERT_TRUE(results[2].value("ok", false)) << results[2].dump();
   for (const json& b : results[2]["message"]["content"]) EXPECT_NE(b["type"], "thinking");
+}
+
+TEST_F(ServeAnthropicTest, ABudgetOfThinkingTokensEndsTheThinkingAndTheTextFollows) {
+  const json params = {{"thinking", {{"type", "enabled"}, {"budget_tokens", 5}}},
+                       {"max_tokens", 40}};
+  json with_ids = Request("create", params);
+  with_ids["params"]["return_token_ids"] = true;  // k3's extension, as on the OpenAI path
+  const json results = Run({with_ids, Request("stream", params)});
+  ASSERT_EQ(results.size(), 2u);
+  auto tok = Tokenizer::Load(*dir_ / "m");
+  ASSERT_TRUE(tok.ok());
+  std::vector<int32_t> closing = {*tok->SpecialTokenId("<|close|>")};
+  for (int32_t id : tok->Encode("think", false)) closing.push_back(id);
+  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  closing.push_back(*tok->SpecialTokenId("<|open|>"));
+  for (int32_t id : tok->Encode("response", false)) closing.push_back(id);
+  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  ASSERT_TRUE(results[0].value("ok", false)) << results[0].dump();
+  const std::vector<int32_t> ids = results[0]["message"]["token_ids"];
+  ASSERT_GT(ids.size(), 5 + closing.size());
+  EXPECT_TRUE(std::equal(closing.begin(), closing.end(), ids.begin() + 5));
+  for (const json& r : results) {
+    ASSERT_TRUE(r.value("ok", false)) << r.dump();
+    EXPECT_EQ(BlockTypes(r["message"]), (std::vector<std::string>{"thinking", "text"})) << r.dump();
+  }
+  EXPECT_EQ(results[0]["message"]["content"], results[1]["message"]["content"]);
 }
 
 TEST_F(ServeAnthropicTest, AToolRoundTripWithAnyAndANamedTool) {
