@@ -5,8 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "apps/chat_history.h"
-#include "core/grammar/token_mask.h"
-#include "core/tools/thinking_budget.h"
+#include "core/tools/reply_constraint.h"
 #include "io/file.h"
 
 namespace k3::cli {
@@ -147,23 +146,12 @@ absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head
 // The reply's constraints: with tools, the turn's grammar (a forced call ends whole within
 // --n-predict and the context); with --reasoning-budget, the think channel's limit.
 absl::Status ChatSession::Constrain(BatchRequest& request, int64_t position) const {
-  if (settings_.trie != nullptr && settings_.output.constrained()) {
-    auto constraint = grammar::GrammarConstraint::ForOutput(settings_.output, settings_.trie);
-    if (!constraint.ok()) return constraint.status();
-    if (settings_.output.forced()) {
-      const int64_t room = engine_.options().max_context - 1 - position;
-      (*constraint)
-          ->set_token_budget(
-              static_cast<int>(std::min<int64_t>(settings_.n_predict, std::max<int64_t>(room, 0))));
-    }
-    request.constraint = std::shared_ptr<grammar::GrammarConstraint>(*std::move(constraint));
-  }
-  if (settings_.reasoning_budget >= 0 && settings_.render.thinking) {
-    auto thinking =
-        ThinkingBudget::Create(tok_, settings_.reasoning_budget, std::move(request.constraint));
-    if (!thinking.ok()) return thinking.status();
-    request.constraint = std::shared_ptr<ThinkingBudget>(*std::move(thinking));
-  }
+  const int64_t room = engine_.options().max_context - 1 - position;
+  auto constraint =
+      MakeReplyConstraint(tok_, settings_.output, settings_.trie,
+                          std::min<int64_t>(settings_.n_predict, room), settings_.reasoning_budget);
+  if (!constraint.ok()) return constraint.status();
+  request.constraint = *std::move(constraint);
   return absl::OkStatus();
 }
 

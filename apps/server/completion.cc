@@ -11,7 +11,7 @@
 #include "apps/server/http_server.h"
 #include "core/chat_template.h"
 #include "core/grammar/token_mask.h"
-#include "core/tools/thinking_budget.h"
+#include "core/tools/reply_constraint.h"
 #include "httplib.h"
 
 namespace k3::server {
@@ -117,45 +117,43 @@ json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<Tok
 }  // namespace
 
 // With tools or a JSON response format, every token of the reply is sampled under the turn's
-// grammar (core/grammar), so that what comes back parses and validates.
+// grammar (core/grammar), so that what comes back parses and validates; a thinking budget closes
+// the think channel after its tokens.
 std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
                                               BatchRequest& batch) const {
-  if (auto error = ConstrainOutput(r, batch)) return error;
-  // A thinking budget closes the think channel after its tokens (under the grammar, if any).
-  const int32_t budget = r.reasoning_budget.value_or(options_.reasoning_budget);
-  if (r.endpoint != Endpoint::kChat || !r.output.thinking || budget < 0) return std::nullopt;
-  auto thinking = ThinkingBudget::Create(tok_, budget, batch.constraint);
-  if (!thinking.ok()) {
-    return ApiError{400, std::string(thinking.status().message()), "invalid_request_error",
-                    "reasoning_budget", ""};
+  if (r.endpoint != Endpoint::kChat) return std::nullopt;
+  const std::string param = !r.output.constrained()  ? "reasoning_budget"
+                            : r.output.tools.empty() ? "response_format"
+                                                     : "tools";
+  std::shared_ptr<const grammar::TokenTrie> trie;
+  if (r.output.constrained()) {
+    absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> built = Trie();
+    if (!built.ok()) {
+      return ApiError{400,
+                      "this model's tokenizer cannot constrain output: " +
+                          std::string(built.status().message()),
+                      "invalid_request_error", param, ""};
+    }
+    trie = *built;
   }
-  batch.constraint = std::shared_ptr<ThinkingBudget>(*std::move(thinking));
-  return std::nullopt;
-}
-
-std::optional<ApiError> HttpServer::ConstrainOutput(const CompletionRequest& r,
-                                                    BatchRequest& batch) const {
-  if (r.endpoint != Endpoint::kChat || !r.output.constrained()) return std::nullopt;
-  const std::string param = r.output.tools.empty() ? "response_format" : "tools";
-  if (trie_ == nullptr) {
-    return ApiError{400, "this model's tokenizer cannot constrain output: " + trie_error_,
-                    "invalid_request_error", param, ""};
-  }
-  auto constraint = grammar::GrammarConstraint::ForOutput(r.output, trie_);
+  const int64_t room =
+      service_.options().batch.max_context - 1 - static_cast<int64_t>(batch.prompt.size());
+  auto constraint = MakeReplyConstraint(tok_, r.output, std::move(trie),
+                                        std::min<int64_t>(batch.max_tokens, room),
+                                        r.reasoning_budget.value_or(options_.reasoning_budget));
   if (!constraint.ok()) {
     return ApiError{400, std::string(constraint.status().message()), "invalid_request_error", param,
                     ""};
   }
-  // A forced call or JSON document ends whole within the tokens the reply may take.
-  if (r.output.forced()) {
-    const int64_t room =
-        service_.options().batch.max_context - 1 - static_cast<int64_t>(batch.prompt.size());
-    (*constraint)
-        ->set_token_budget(
-            static_cast<int>(std::min<int64_t>(batch.max_tokens, std::max<int64_t>(room, 0))));
-  }
-  batch.constraint = std::shared_ptr<grammar::GrammarConstraint>(*std::move(constraint));
+  batch.constraint = *std::move(constraint);
   return std::nullopt;
+}
+
+// Built on the first request that needs it: a server whose clients never ask for tools or JSON
+// does not pay for it at start (K3's vocabulary makes a trie of about a million nodes).
+absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> HttpServer::Trie() const {
+  std::call_once(trie_once_, [this] { trie_ = grammar::TokenTrie::Build(tok_); });
+  return trie_;
 }
 
 std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,

@@ -35,8 +35,7 @@ bool Follower::Next(Piece& piece, std::chrono::milliseconds timeout) {
 }
 
 std::string Follower::finish_reason() const {
-  if (!text_.result().tool_calls.empty()) return "tool_calls";
-  return text_.stopped() || last_.finish == FinishReason::kStop ? "stop" : "length";
+  return text_.result().FinishReason(!text_.stopped() && last_.finish != FinishReason::kStop);
 }
 
 std::optional<std::string> Follower::stop_string() const {

@@ -39,7 +39,6 @@ class Follower {
   bool Next(Piece& piece, std::chrono::milliseconds timeout);
 
   Job& job() { return *job_; }
-  bool has_tool_calls() const { return !text_.result().tool_calls.empty(); }
   // An engine error, unless a stop string had ended the reply before it.
   absl::Status status() const { return text_.stopped() ? absl::OkStatus() : last_.status; }
   // OpenAI's finish_reason: tool_calls, stop or length.

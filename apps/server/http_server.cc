@@ -63,11 +63,6 @@ HttpServer::HttpServer(GenerationService& service, const Tokenizer& tokenizer,
       options_(options),
       http_(std::make_unique<httplib::Server>()),
       counters_(std::make_unique<Counters>()) {
-  if (auto trie = grammar::TokenTrie::Build(tokenizer); trie.ok()) {
-    trie_ = *std::move(trie);
-  } else {
-    trie_error_ = std::string(trie.status().message());
-  }
   Routes();
 }
 

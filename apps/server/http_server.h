@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,18 +67,19 @@ class HttpServer {
   // Renders, constrains and submits a parsed request of either API.
   std::optional<ApiError> Submit(const CompletionRequest& r, Submission& out);
   std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
-  // The reply's constraints: the turn's grammar (ConstrainOutput) and the thinking budget.
+  // The reply's constraints (core/tools/reply_constraint.h).
   std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;
-  std::optional<ApiError> ConstrainOutput(const CompletionRequest& r, BatchRequest& batch) const;
+  absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> Trie() const;
   std::string Metrics() const;
 
   GenerationService& service_;
   const Tokenizer& tok_;
   std::vector<int32_t> stop_ids_;
   int vocab_size_;
-  // The vocabulary as a byte trie, for constrained decoding (null if it cannot be built).
-  std::shared_ptr<const grammar::TokenTrie> trie_;
-  std::string trie_error_;
+  // The vocabulary as a byte trie, for constrained decoding (Trie(): built once, when first
+  // needed).
+  mutable std::once_flag trie_once_;
+  mutable absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> trie_;
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Counters> counters_;

@@ -156,12 +156,7 @@ TEST_F(ServeAnthropicTest, ABudgetOfThinkingTokensEndsTheThinkingAndTheTextFollo
   ASSERT_EQ(results.size(), 2u);
   auto tok = Tokenizer::Load(*dir_ / "m");
   ASSERT_TRUE(tok.ok());
-  std::vector<int32_t> closing = {*tok->SpecialTokenId("<|close|>")};
-  for (int32_t id : tok->Encode("think", false)) closing.push_back(id);
-  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
-  closing.push_back(*tok->SpecialTokenId("<|open|>"));
-  for (int32_t id : tok->Encode("response", false)) closing.push_back(id);
-  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  const std::vector<int32_t> closing = testing::ThinkClosingIds(*tok);
   ASSERT_TRUE(results[0].value("ok", false)) << results[0].dump();
   const std::vector<int32_t> ids = results[0]["message"]["token_ids"];
   ASSERT_GT(ids.size(), 5 + closing.size());

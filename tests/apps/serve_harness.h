@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/source_path.h"
@@ -170,6 +171,19 @@ inline json NodeClients(const ServeProcess& s, const json& requests) {
 // /v1/messages to the server's root.
 inline json AnthropicClients(const ServeProcess& s, const json& requests) {
   return NodeScript("anthropic_client.cjs", {"@anthropic-ai/sdk", "ajv"}, s.url(), requests);
+}
+
+// The ids that close a think channel and open the response, as a thinking budget forces them.
+inline std::vector<int32_t> ThinkClosingIds(const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  auto add = [&](const char* marker, const char* tag) {
+    ids.push_back(*tok.SpecialTokenId(marker));
+    for (int32_t id : tok.Encode(tag, false)) ids.push_back(id);
+    ids.push_back(*tok.SpecialTokenId("<|sep|>"));
+  };
+  add("<|close|>", "think");
+  add("<|open|>", "response");
+  return ids;
 }
 
 // The demo model (what `make run` generates on) at `dir`; `layers` > 0 cuts it to that many

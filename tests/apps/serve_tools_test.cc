@@ -183,12 +183,7 @@ TEST_F(ServeToolsTest, AThinkingBudgetClosesTheThinkChannelAndTheAnswerFollows) 
   auto tok = Tokenizer::Load(*dir_ / "m");
   ASSERT_TRUE(tok.ok());
   // Six think tokens, then <|close|>think<|sep|><|open|>response<|sep|>, then the response.
-  std::vector<int32_t> closing = {*tok->SpecialTokenId("<|close|>")};
-  for (int32_t id : tok->Encode("think", false)) closing.push_back(id);
-  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
-  closing.push_back(*tok->SpecialTokenId("<|open|>"));
-  for (int32_t id : tok->Encode("response", false)) closing.push_back(id);
-  closing.push_back(*tok->SpecialTokenId("<|sep|>"));
+  const std::vector<int32_t> closing = testing::ThinkClosingIds(*tok);
   for (const json& r : results) {
     ASSERT_TRUE(r.value("ok", false)) << r.dump();
     const std::vector<int32_t> ids = r["token_ids"];
