@@ -187,8 +187,11 @@ void HttpServer::Routes() {
     Complete(req, res, Endpoint::kCompletion);
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    // The context under both names clients read it by (vLLM's, and OpenRouter's).
+    const int64_t context = service_.options().batch.max_context;
     const json model = {
-        {"id", options_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "k3"}};
+        {"id", options_.model_id}, {"object", "model"},        {"created", 0},
+        {"owned_by", "k3"},        {"max_model_len", context}, {"context_length", context}};
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
