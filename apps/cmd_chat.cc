@@ -285,6 +285,7 @@ int RunChat(const std::vector<std::string>& positional) {
   ChatSession chat(**engine, **tok, *settings, *std::move(stops), cache->get());
   if (absl::Status s = chat.CheckTemplate(); !s.ok()) return ReportError(kChatName, s);
   if (!settings->quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
+  WarnAtStart(**engine);
   if (absl::Status s = ResumeIfSaved(chat, *settings); !s.ok()) return ReportError(kChatName, s);
   InstallInterruptHandler();
   return Converse(chat, **engine, *settings);

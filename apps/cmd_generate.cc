@@ -149,20 +149,21 @@ int RunGenerate(const std::vector<std::string>& positional) {
   if (!options.ok()) return ReportError(kGenerateName, options.status());
   auto prompt = ReadPrompt(options->model_dir);
   if (!prompt.ok()) return ReportError(kGenerateName, prompt.status());
-  // The memory plan reserves sequence state for --max-context tokens; past it the latent cache
-  // would outgrow the budget.
-  const int64_t context = options->max_context;
-  if (static_cast<int64_t>(prompt->ids.size()) >= context) {
-    return UsageError(kGenerateName, absl::StrCat("the prompt has ", prompt->ids.size(),
-                                                  " tokens, --max-context is ", context,
-                                                  " (raise --max-context)"));
-  }
-  // The scheduler ends the sequence where the context is full.
-  const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kGenerateName, engine.status());
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
+  WarnAtStart(**engine);
+  // The memory plan reserves sequence state for the context (--max-context, or what auto
+  // chose); past it the latent cache would outgrow the budget.
+  const int64_t context = (*engine)->max_context();
+  if (static_cast<int64_t>(prompt->ids.size()) >= context) {
+    return UsageError(kGenerateName, absl::StrCat("the prompt has ", prompt->ids.size(),
+                                                  " tokens, the context holds ", context,
+                                                  " (raise --max-context or --ram-gb)"));
+  }
+  // The scheduler ends the sequence where the context is full.
+  const int32_t room = static_cast<int32_t>(context - static_cast<int64_t>(prompt->ids.size()));
   auto stops = StopIds((*engine)->config(), prompt->tokenizer);
   if (!stops.ok()) return ReportError(kGenerateName, stops.status());
   auto cache = PromptCacheFromFlags(**engine, "generate", 0);

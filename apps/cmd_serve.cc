@@ -122,13 +122,14 @@ int RunServe(const std::vector<std::string>& positional) {
   server_options->threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
+  WarnAtStart(**engine);
   auto stops = StopIds((*engine)->config(), *tokenizer);
   if (!stops.ok()) return ReportError(kServeName, stops.status());
 
   server::ServiceOptions service_options;
   service_options.batch = {.batch = shape.batch,
                            .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
-                           .max_context = options->max_context};
+                           .max_context = (*engine)->max_context()};
   service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
   auto cache = PromptCacheFromFlags(**engine, kServeName, static_cast<size_t>(shape.saved_states));
   if (!cache.ok()) return ReportError(kServeName, cache.status());
@@ -143,7 +144,7 @@ int RunServe(const std::vector<std::string>& positional) {
                "%d, context %lld, prompt cache %s)%s\n",
                server_options->host.c_str(), *port, server_options->model_id.c_str(), shape.batch,
                service_options.max_queue, shape.saved_states,
-               static_cast<long long>(options->max_context),
+               static_cast<long long>((*engine)->max_context()),
                *cache != nullptr && (*cache)->on_disk() ? (*cache)->directory().c_str() : "none",
                server_options->api_key.empty() ? "" : "; an API key is required");
   // On a signal: the live and waiting requests end first (a stream gets an error event, a

@@ -174,7 +174,7 @@ int RunTune(const std::vector<std::string>& positional) {
   if (budget <= 0) return UsageError(kTuneName, "--budget-s must be positive");
   if (tokens < 2) return UsageError(kTuneName, "--tokens must be at least 2");
   if (rounds < 1) return UsageError(kTuneName, "--repeat must be at least 1");
-  if (base->max_context < bench::kPromptTokens + tokens) {
+  if (base->max_context != kAutoMaxContext && base->max_context < bench::kPromptTokens + tokens) {
     return UsageError(
         kTuneName, absl::StrCat("--max-context must be at least ", bench::kPromptTokens + tokens));
   }

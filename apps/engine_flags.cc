@@ -111,8 +111,12 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--prefill-chunk ", chunk, ": must be auto or a number >= 1"));
   }
-  o.max_context = absl::GetFlag(FLAGS_max_context);
-  if (o.max_context < 1) return absl::InvalidArgumentError("--max-context must be >= 1");
+  if (const std::string context = absl::GetFlag(FLAGS_max_context); context == "auto") {
+    o.max_context = kAutoMaxContext;
+  } else if (!absl::SimpleAtoi(context, &o.max_context) || o.max_context < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-context ", context, ": must be auto or a number >= 1"));
+  }
   const double piece_mb = absl::GetFlag(FLAGS_ring_piece_mb);
   if (piece_mb < 0 || piece_mb > 4096) {
     return absl::InvalidArgumentError("--ring-piece-mb must be in 0..4096");

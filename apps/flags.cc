@@ -22,7 +22,10 @@ ABSL_FLAG(double, ram_gb, 0,
 ABSL_FLAG(double, trunk_gb, 0, "Explicit split: GB of pinned trunk (with --cache-gb).");
 ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk-gb).");
 ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
-ABSL_FLAG(int32_t, max_context, 4096, "Context length the memory plan reserves state for.");
+ABSL_FLAG(std::string, max_context, "auto",
+          "Tokens of context a sequence, N or auto: the most whose state for every sequence "
+          "planned takes a quarter of the budget, up to the model's limit (1M for Kimi K3); the "
+          "plan says which, and warns below 32768.");
 ABSL_FLAG(std::string, settings, "",
           "A settings file (`k3 tune --out`): its flags apply unless given on the command line.");
 

@@ -18,7 +18,7 @@ ABSL_DECLARE_FLAG(double, ram_gb);
 ABSL_DECLARE_FLAG(double, trunk_gb);
 ABSL_DECLARE_FLAG(double, cache_gb);
 ABSL_DECLARE_FLAG(std::string, trunk);
-ABSL_DECLARE_FLAG(int32_t, max_context);
+ABSL_DECLARE_FLAG(std::string, max_context);
 ABSL_DECLARE_FLAG(std::string, settings);
 // How the engine reads and computes: speed only, never the tokens.
 ABSL_DECLARE_FLAG(std::vector<std::string>, queue_depth);

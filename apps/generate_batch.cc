@@ -1,6 +1,7 @@
 #include "apps/generate_batch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -244,7 +245,9 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   std::vector<Item> items;
   std::vector<BadLine> bad;
   for (const Line& line : *lines) {  // the requests, and the lines that are not one
-    auto item = ParseLine(line.value, line.number, defaults, *tokenizer, options.max_context);
+    // Under auto the context is known once the engine is open: its scheduler refuses more.
+    auto item = ParseLine(line.value, line.number, defaults, *tokenizer,
+                          options.max_context == kAutoMaxContext ? INT64_MAX : options.max_context);
     if (item.ok()) {
       items.push_back(*std::move(item));
     } else {
@@ -273,6 +276,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
     std::fprintf(stderr, "batch: %d sequences at once, %zu prompts (the budget holds %s%d)\n",
                  batch, items.size(), holds == kMaxSequences ? "at least " : "", holds);
   }
+  WarnAtStart(**engine);
   std::FILE* out = stdout;
   const std::string out_path = absl::GetFlag(FLAGS_out);
   if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
@@ -281,7 +285,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   BatchScheduler scheduler(**engine,
                            {.batch = batch,
                             .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
-                            .max_context = options.max_context});
+                            .max_context = (*engine)->max_context()});
   for (Item& item : items) {
     if (auto s = scheduler.Add(item.request); !s.ok()) return ReportError(kName, s.status());
   }

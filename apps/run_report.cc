@@ -199,4 +199,10 @@ std::string PlanText(const Engine& engine) {
   return engine.plan().Describe() + engine.DescribeReads();
 }
 
+void WarnAtStart(const Engine& engine) {
+  if (!engine.context_warning().empty()) {
+    std::fprintf(stderr, "%s\n", engine.context_warning().c_str());
+  }
+}
+
 }  // namespace k3::cli

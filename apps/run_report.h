@@ -57,6 +57,9 @@ class RunReport {
 
 // The memory plan and how the checkpoint is read, as the commands print them before running.
 std::string PlanText(const Engine& engine);
+// Prints what the user should know at start whatever --quiet says: a context shorter than an
+// agent needs (Engine::context_warning).
+void WarnAtStart(const Engine& engine);
 
 // SIGINT sets a flag (a second SIGINT kills at once, as usual) that the generation loops poll.
 // The handler does not restart system calls, so that a read(2) waiting for input returns EINTR

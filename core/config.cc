@@ -40,6 +40,8 @@ const std::vector<Field>& Fields() {
        &ModelConfig::situ_linear_beta, false},
       {"attn_res_block_size", "text_config.attn_res_block_size", &ModelConfig::attn_res_block_size,
        false},
+      {"max_position_embeddings", "text_config.max_position_embeddings",
+       &ModelConfig::max_position_embeddings, false},
       {"kda_num_heads", "text_config.linear_attn_config.num_heads", &ModelConfig::kda_num_heads,
        true},
       {"kda_head_dim", "text_config.linear_attn_config.head_dim", &ModelConfig::kda_head_dim, true},
@@ -291,13 +293,15 @@ void CheckValues(ModelConfig& c, bool nested, ConfigProblems& problems) {
   positive("moe_intermediate_size", c.moe_intermediate_size);
   positive("routed_expert_hidden_size", c.routed_expert_hidden_size);
   positive("attn_res_block_size", c.attn_res_block_size);
+  positive("max_position_embeddings", c.max_position_embeddings);
   auto at_most = [&](const char* flat, int64_t v, int64_t limit) {
     if (v > limit) problems.Add(key(flat), absl::StrCat(v, " is absurd (limit ", limit, ")"));
   };
   at_most("num_hidden_layers", c.num_layers, kMaxLayers);
   for (const Field& f : Fields()) {
     const auto* member = std::get_if<int64_t ModelConfig::*>(&f.member);
-    if (member != nullptr && f.flat != std::string_view("num_hidden_layers")) {
+    if (member != nullptr && f.flat != std::string_view("num_hidden_layers") &&
+        f.flat != std::string_view("max_position_embeddings")) {
       at_most(f.flat, c.**member, kMaxSize);
     }
   }
@@ -375,6 +379,7 @@ std::string ModelConfig::Fingerprint() const {
   nlohmann::json flat = ToFlatConfigJson(*this);
   flat.erase("bos_token_id");
   flat.erase("eos_token_id");
+  flat.erase("max_position_embeddings");  // a limit, not arithmetic: saved states stay valid
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a(flat.dump())));
   return hex;

@@ -23,6 +23,9 @@ struct ModelConfig {
   double situ_beta = 4.0;          // gate cap
   double situ_linear_beta = 25.0;  // up cap
   int64_t attn_res_block_size = 12;
+  // The longest context the model is made for (MODEL.md: 1M, NoPE, so only a limit the memory
+  // plan's auto context stops at).
+  int64_t max_position_embeddings = 1048576;
 
   // KDA (linear attention).
   int64_t kda_num_heads = 0;

@@ -14,6 +14,7 @@
 #include "core/progress.h"
 #include "core/trunk_pack.h"
 #include "pipeline/cache/policy.h"
+#include "pipeline/context_plan.h"
 #include "pipeline/expert_stream.h"
 #include "pipeline/held_trunk.h"
 #include "pipeline/trunk_stream.h"
@@ -23,15 +24,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The refusal of more sequences than the budget holds, naming the most it holds.
-absl::Status TooManySequences(const EngineOptions& o, int asked, int fits, uint64_t state_bytes) {
+// The refusal of more sequences than the budget holds, naming the most it holds. With the
+// automatic context the context is already the least (one token), so a smaller one is no way out.
+absl::Status TooManySequences(const EngineOptions& o, bool auto_context, int asked, int fits,
+                              uint64_t state_bytes) {
   const bool batch = o.sequences_source.empty();
   return absl::InvalidArgumentError(absl::StrCat(
       batch ? absl::StrCat("--batch ", asked) : o.sequences_source, ": the budget holds at most ",
       fits, fits == 1 ? " sequence" : " sequences", " (each needs ",
-      FormatBytes(static_cast<double>(state_bytes)), " of state at --max-context ", o.max_context,
+      FormatBytes(static_cast<double>(state_bytes)), " of state at ",
+      auto_context ? "the least context, 1 token" : absl::StrCat("--max-context ", o.max_context),
       "); use ", batch ? absl::StrCat("--batch ", fits) : "fewer",
-      ", a larger budget or a smaller --max-context"));
+      auto_context ? " or a larger budget" : ", a larger budget or a smaller --max-context"));
 }
 
 }  // namespace
@@ -88,6 +92,7 @@ struct Engine::Parts {
   std::unique_ptr<TrunkPack> pack;
   MemoryPlan plan;
   int holds = 0;  // sequences the budget holds, up to kMaxSequences
+  std::string context_warning;
   int threads = 0;
   int prefetch_width = 0;
   uint64_t prefetch_cap = 0;
@@ -119,6 +124,8 @@ const MemoryPlan& Engine::plan() const { return parts_->plan; }
 const EngineOptions& Engine::options() const { return parts_->options; }
 int Engine::sequences() const { return parts_->plan.sequences; }
 int64_t Engine::prefill_chunk() const { return parts_->plan.prefill_chunk; }
+int64_t Engine::max_context() const { return parts_->options.max_context; }
+const std::string& Engine::context_warning() const { return parts_->context_warning; }
 int Engine::sequences_budget_holds() const { return parts_->holds; }
 SequenceState Engine::NewState() const { return SequenceState(config()); }
 
@@ -164,6 +171,7 @@ nlohmann::json Engine::Settings() const {
           {"threads", parts_->threads},
           {"overlap", o.overlap},
           {"prefill_chunk", plan.prefill_chunk},
+          {"max_context", o.max_context},
           {"storage_profile", o.storage_profile},
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
@@ -338,24 +346,36 @@ absl::Status Engine::Parts::Init(const EngineOptions& asked) {
                          .pack = pack.get(),
                          .threads = options.threads};
   const bool auto_chunk = options.prefill_chunk == kAutoPrefillChunk;
-  const ModelFootprint one = MeasureFootprint(
-      *ckpt, options.max_context, auto_chunk ? kSmallPrefillChunk : options.prefill_chunk, ring);
+  const bool auto_context = options.max_context == kAutoMaxContext;
+  ModelFootprint one =
+      MeasureFootprint(*ckpt, auto_context ? 1 : options.max_context,
+                       auto_chunk ? kSmallPrefillChunk : options.prefill_chunk, ring);
   const uint64_t ram = AvailableRamBytes();
-  holds = MaxSequences(one, options.memory, ram, kMaxSequences);
   const int least = options.sequences > 0 ? options.sequences : options.min_sequences;
   if (options.sequences < 0 || least < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  std::optional<ContextChoice> context;
+  if (auto_context) {
+    context = ChooseContext(one, options.memory, ram, ckpt->config().max_position_embeddings, least,
+                            options.sequences > 0 ? least : options.max_sequences);
+    options.max_context = std::max<int64_t>(1, context->context);
+    one = one.WithContext(options.max_context);
+    context_warning = context->warning;
+  }
+  holds = MaxSequences(one, options.memory, ram, kMaxSequences);
   const int n = options.sequences > 0 ? options.sequences
+                : context             ? context->sequences
                                       : std::max(least, std::min(holds, options.max_sequences));
   const ModelFootprint footprint = one.WithSequences(n);
   auto planned = PlanMemory(footprint, options.memory, ram);
   if (!planned.ok() && n > 1) {
     if (const int fits = MaxSequences(one, options.memory, ram, n); fits >= 1) {
-      return TooManySequences(options, least, fits, one.state_bytes_per_sequence);
+      return TooManySequences(options, auto_context, least, fits, one.state_bytes_per_sequence);
     }
   }
   if (!planned.ok()) return planned.status();
   plan = *std::move(planned);
   if (auto_chunk) GrowPrefillChunk(one.WithSequences(n), ring, ram);
+  if (context && context->context > 0) plan.context_source = context->source;
   threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
   limit =
       std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);

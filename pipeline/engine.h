@@ -32,6 +32,8 @@
 namespace k3 {
 
 inline constexpr int kAutoPrefillChunk = 0;
+// `--max-context auto`: the longest context the budget holds (pipeline/context_plan.h).
+inline constexpr int64_t kAutoMaxContext = 0;
 // The smallest chunk auto chooses when the budget allows it (the default before auto).
 inline constexpr int kSmallPrefillChunk = 64;
 
@@ -39,7 +41,9 @@ struct EngineOptions {
   std::string model_dir;
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
-  int64_t max_context = 4096;  // sizes the planned sequence state
+  // Sizes the planned sequence state; kAutoMaxContext: the longest the budget holds (the
+  // flag's default; Engine::options().max_context says which).
+  int64_t max_context = 4096;
   // Sequences run at once (a batch, and any states kept beside it): state is reserved for
   // each. 0: as many as the budget holds beside the model, from min_sequences up to
   // max_sequences (Engine::sequences() says how many). Fewer than asked are refused with the
@@ -88,6 +92,11 @@ class Engine {
   int sequences_budget_holds() const;
   // Prompt tokens per layer pass: EngineOptions::prefill_chunk, or the one auto chose.
   int64_t prefill_chunk() const;
+  // Tokens of context a sequence: EngineOptions::max_context, or the one auto chose.
+  int64_t max_context() const;
+  // Set when auto chose a context shorter than an agent needs (kAgentContext): the line to print
+  // at start.
+  const std::string& context_warning() const;
   // Every setting in effect, for reports.
   nlohmann::json Settings() const;
   // How the checkpoint is read, one line for under the memory plan: the backend, and O_DIRECT

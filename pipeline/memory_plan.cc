@@ -123,11 +123,13 @@ uint64_t PlaceTrunk(const ModelFootprint& f, uint64_t room, MemoryPlan& plan) {
   return used;
 }
 
+// The budget; `requested` gets MemoryPlan::requested_bytes (set with the budget).
 absl::StatusOr<uint64_t> BudgetFor(const MemoryRequest& r, uint64_t available, uint64_t minimum,
-                                   uint64_t everything, std::string& source) {
+                                   uint64_t everything, std::string& source, uint64_t& requested) {
+  requested = 0;
   if (r.ram_gb > 0) {
     source = absl::StrFormat("--ram-gb %g", r.ram_gb);
-    return static_cast<uint64_t>(r.ram_gb * kGB);
+    return requested = static_cast<uint64_t>(r.ram_gb * kGB);
   }
   const std::string preset = r.preset.empty() ? "auto" : r.preset;
   source = absl::StrCat("preset ", preset);
@@ -137,10 +139,13 @@ absl::StatusOr<uint64_t> BudgetFor(const MemoryRequest& r, uint64_t available, u
     if (preset == "max") return everything;
     if (preset == "auto") {
       source = absl::StrCat("preset auto (70% of ", Gb(available), " available)");
-      return std::clamp<uint64_t>(static_cast<uint64_t>(0.7 * available), minimum, everything);
+      const auto share = static_cast<uint64_t>(0.7 * available);
+      const uint64_t budget = std::clamp<uint64_t>(share, minimum, everything);
+      requested = std::max(budget, share);
+      return budget;
     }
-    return std::clamp<uint64_t>(static_cast<uint64_t>(p.fraction * everything), minimum,
-                                everything);
+    return requested = std::clamp<uint64_t>(static_cast<uint64_t>(p.fraction * everything), minimum,
+                                            everything);
   }
   std::string names;
   for (const Preset& p : kPresets) absl::StrAppend(&names, names.empty() ? "" : " ", p.name);
@@ -317,18 +322,21 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   f.expert_slot_bytes = io::AlignUp(static_cast<uint64_t>(c.expert_bytes())) + io::kDirectAlignment;
   f.all_experts_bytes = f.expert_slot_bytes * static_cast<uint64_t>(moe_layers * c.num_experts);
   f.experts_per_token = c.num_experts_per_token;
-  // Sequence state: KDA S and conv history per KDA layer, the MLA latent cache per MLA layer.
+  // Sequence state: KDA S and conv history per KDA layer (fixed), the MLA latent cache per MLA
+  // layer and the token ids (per token).
   uint64_t state = 0;
+  f.state_bytes_per_token = 4;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (c.attention_kind(l) == AttentionKind::kKda) {
       state += 4ull * c.kda_num_heads * c.kda_head_dim * c.kda_head_dim;
       state += 4ull * 3 * (c.short_conv_kernel_size - 1) * c.kda_width();
     } else {
-      state += 4ull * max_context * (c.kv_lora_rank + c.qk_rope_head_dim);
+      f.state_bytes_per_token += 4ull * (c.kv_lora_rank + c.qk_rope_head_dim);
     }
   }
-  f.state_bytes = state;
-  f.state_bytes_per_sequence = state;
+  f.context = max_context;
+  f.state_bytes_per_sequence = state + f.state_bytes_per_token * max_context;
+  f.state_bytes = f.state_bytes_per_sequence;
   if (const TensorInfo* e = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding))) {
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
@@ -352,6 +360,16 @@ ModelFootprint ModelFootprint::WithSequences(int n) const {
   f.sequences = n;
   f.state_bytes = state_bytes + more * static_cast<int64_t>(state_bytes_per_sequence);
   f.buffer_bytes = buffer_bytes + more * static_cast<int64_t>(buffer_bytes_per_sequence);
+  return f;
+}
+
+ModelFootprint ModelFootprint::WithContext(int64_t tokens) const {
+  ModelFootprint f = *this;
+  f.context = tokens;
+  f.state_bytes_per_sequence =
+      state_bytes_per_sequence - state_bytes_per_token * context + state_bytes_per_token * tokens;
+  f.state_bytes = state_bytes - state_bytes_per_sequence * sequences +
+                  f.state_bytes_per_sequence * static_cast<uint64_t>(sequences);
   return f;
 }
 
@@ -441,6 +459,10 @@ std::string MemoryPlan::Describe() const {
        sequences > 1 ? absl::StrFormat("(%d sequences of %s)", sequences,
                                        Gb(state_bytes / static_cast<uint64_t>(sequences)))
                      : std::string());
+  if (context > 0) {
+    line("context", absl::StrCat(context),
+         absl::StrCat("tokens a sequence (", context_source, ")"));
+  }
   line("buffers", Gb(buffer_bytes),
        absl::StrFormat("(prompt chunks of %d tokens: %s)", prefill_chunk, prefill_chunk_source));
   return s;
@@ -463,6 +485,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
   plan.buffer_bytes = f.buffer_bytes;
   plan.prefill_chunk = f.prefill_chunk;
   plan.prefill_chunk_source = absl::StrCat("--prefill-chunk ", f.prefill_chunk);
+  plan.context = f.context;
+  plan.context_source = absl::StrCat("--max-context ", f.context);
   plan.piece_bytes = f.piece_bytes;
   const uint64_t fixed = FixedBytes(f);
   const uint64_t ring_or_all = std::min(f.ring_bytes(), WholeTrunk(f));
@@ -485,8 +509,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelFootprint& f, const MemoryReque
                        Gb(MinimumCache(f)), " (one layer's ", f.experts_per_token, " experts)"));
     }
   } else {
-    auto budget =
-        BudgetFor(r, available_ram_bytes, plan.minimum_bytes, plan.everything_bytes, plan.source);
+    auto budget = BudgetFor(r, available_ram_bytes, plan.minimum_bytes, plan.everything_bytes,
+                            plan.source, plan.requested_bytes);
     if (!budget.ok()) return budget.status();
     plan.budget_bytes = *budget;
     if (plan.budget_bytes < plan.minimum_bytes) {

@@ -60,6 +60,16 @@ inline constexpr uint64_t kProductScratchBytes = 2ull << 20;
 // budget, and at most kMaxAutoPrefillChunk tokens (docs/MEMORY.md says why a quarter).
 inline constexpr double kAutoPrefillShare = 0.25;
 inline constexpr int64_t kMaxAutoPrefillChunk = 65536;
+// `--max-context auto`: the longest context whose growing state (MLA latents and token ids) for
+// every planned sequence takes at most this share of the budget, leaving the rest a floor for
+// the trunk, the expert cache and the prompt chunks (docs/MEMORY.md says why a quarter).
+inline constexpr double kAutoContextShare = 0.25;
+// What an agent's prompts need at least: auto below it is warned about, a budget that grows with
+// what runs gets it, and an automatic batch is no larger than what holds it for each sequence.
+inline constexpr int64_t kAgentContext = 32768;
+// What auto plans under --preset ultra, whose point is the least memory: an agent's context would
+// more than double it at Kimi K3's shapes (1.3 GB to 2.9 GB), so it keeps a chat's, and warns.
+inline constexpr int64_t kUltraContext = 4096;
 
 // The memory-relevant sizes of one checkpoint.
 struct ModelFootprint {
@@ -90,7 +100,9 @@ struct ModelFootprint {
   uint64_t all_experts_bytes = 0;  // every routed expert in slots
   int64_t experts_per_token = 0;   // top-k
   uint64_t state_bytes = 0;        // sequence state at the planned context length, all sequences
-  uint64_t buffer_bytes = 0;       // activations, logits, embedding rows, I/O bookkeeping
+  int64_t context = 0;             // the planned context length, in tokens a sequence
+  uint64_t state_bytes_per_token = 0;    // what each token of context adds to one sequence's state
+  uint64_t buffer_bytes = 0;             // activations, logits, embedding rows, I/O bookkeeping
   uint64_t prefill_bytes_per_token = 0;  // what each token of a prefill chunk adds to them
   int64_t prefill_chunk = 0;             // the chunk buffer_bytes holds
   // Sequences the state and buffers are planned for (a batch), and what each one adds.
@@ -112,6 +124,8 @@ struct ModelFootprint {
   uint64_t ring_bytes() const { return ring_slot_bytes * ring_slots + ring_decode_bytes; }
   // The same model planned for `n` sequences at once.
   ModelFootprint WithSequences(int n) const;
+  // The same model planned for `tokens` of context a sequence.
+  ModelFootprint WithContext(int64_t tokens) const;
 };
 
 // Whether a pinned matrix of a compressed pack is held compressed when the plan says so
@@ -157,6 +171,13 @@ struct MemoryPlan {
   // Prompt tokens run through each layer together (the buffers hold them), and why that many.
   int64_t prefill_chunk = 64;
   std::string prefill_chunk_source = "--prefill-chunk 64";
+  // Tokens of context a sequence the state holds, and why that many.
+  int64_t context = 0;
+  std::string context_source;
+  // What the request names before the budget is clamped to what the model takes (preset auto:
+  // 70% of the RAM available); 0 when the budget grows with what runs (preset ultra or max, an
+  // explicit --trunk-gb/--cache-gb split). The auto context's share is of this.
+  uint64_t requested_bytes = 0;
 
   int64_t streamed_layers() const;
   bool streams_anything() const { return ring_slots > 0; }

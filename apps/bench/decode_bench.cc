@@ -36,7 +36,7 @@ absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   s.base = *std::move(base);
   s.base.show_progress = false;  // a trunk-load bar per run would bury the benchmark's progress
   // The last token sampled is not decoded, and a sequence ends before it fills the context.
-  if (s.base.max_context <= kPromptTokens + s.tokens) {
+  if (s.base.max_context != kAutoMaxContext && s.base.max_context <= kPromptTokens + s.tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-context must be at least ", kPromptTokens + s.tokens + 1, " (the ",
                      kPromptTokens, "-token prompt, --tokens and the token sampled last)"));

@@ -113,6 +113,9 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
   for (const io::StorageProfile& p : s.raw.profiles) {
     profiles.push_back({{"name", p.name}, {"settings", p.Describe()}});
   }
+  const nlohmann::json context = s.base.max_context == kAutoMaxContext
+                                     ? nlohmann::json("auto")
+                                     : nlohmann::json(s.base.max_context);
   return {{"tokens", s.tokens},
           {"repeat", s.raw.repeat},
           {"seed", s.seed},
@@ -131,7 +134,7 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
           {"prefill_chunk", s.base.prefill_chunk == kAutoPrefillChunk
                                 ? nlohmann::json("auto")
                                 : nlohmann::json(s.base.prefill_chunk)},
-          {"max_context", s.base.max_context}};
+          {"max_context", context}};
 }
 
 std::string CsvNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : ""; }

@@ -15,6 +15,7 @@ namespace k3 {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::RunK3;
 using json = nlohmann::json;
 
@@ -119,8 +120,8 @@ TEST_F(GenerateBatchTest, MalformedLinesAreNamedAndRefuseOrAreSkipped) {
 TEST_F(GenerateBatchTest, ABatchBeyondTheBudgetExitsTwoNamingTheMaximum) {
   const std::string prompts = Write("p.jsonl", "{\"ids\": [1]}\n{\"ids\": [2]}\n");
   // The minimum for one sequence, from the refusal of a budget below it.
-  auto low = RunK3(
-      {"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", "0.001", "--batch", "1"});
+  auto low = RunK3({"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", "0.001",
+                    "--batch", "1", "--max-context", "4096"});
   ASSERT_EQ(low.exit_code, 2) << low.err;
   const std::string marker = "minimum of ";
   const size_t at = low.err.find(marker);
@@ -130,10 +131,22 @@ TEST_F(GenerateBatchTest, ABatchBeyondTheBudgetExitsTwoNamingTheMaximum) {
   // Room for one sequence, not two (each holds a 1.39 MB state here). ("ultra" is the minimum
   // of the batch asked for, so it always holds it.)
   const std::string budget = std::to_string((minimum_mb + 0.3) / 1000);
-  auto r = RunK3(
-      {"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", budget, "--batch", "64"});
+  auto r = RunK3({"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", budget, "--batch",
+                  "64", "--max-context", "4096"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--batch 64: the budget holds at most 1 sequence"));
+  // With the automatic context the context shrinks for the batch asked for, down to one token;
+  // below that the refusal names no smaller context as a way out.
+  auto least = RunK3(
+      {"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", budget, "--batch", "64"});
+  EXPECT_EQ(least.exit_code, 2) << least.err;
+  EXPECT_THAT(least.err, HasSubstr("state at the least context, 1 token); use --batch "));
+  EXPECT_THAT(least.err, Not(HasSubstr("--max-context")));
+  auto shrunk = RunK3(
+      {"generate", "-m", dir_ / "m", "--prompts", prompts, "--ram-gb", budget, "--batch", "4"});
+  EXPECT_EQ(shrunk.exit_code, 0) << shrunk.err;
+  EXPECT_THAT(shrunk.err, HasSubstr("holds a context of only"));
+  EXPECT_THAT(shrunk.err, HasSubstr("lower --batch"));
 }
 
 TEST_F(GenerateBatchTest, CtrlCWritesWhatFinished) {

@@ -302,5 +302,25 @@ TEST_F(ServeTest, ModelsHealthAndMetricsAnswer) {
   EXPECT_THAT(server.log(), HasSubstr("k3 serve: stopped"));
 }
 
+// Default flags (--max-context auto) on the demo model: /v1/models reports a context an agent's
+// prompt fits in, and a chat longer than the old default of 4096 tokens is served. 40,000 tokens
+// take many minutes of prefill on a shared 2-core machine (attention is quadratic in the prompt),
+// so the chat here is about 5,000 tokens.
+TEST_F(ServeTest, DefaultFlagsServeAChatLongerThanTheOldContext) {
+  ServeProcess server({"-m", demo()});
+  const testing::HttpResult models = testing::Curl(server.url("/v1/models"));
+  ASSERT_EQ(models.status, 200) << models.body;
+  const json m = json::parse(models.body).at("data").at(0);
+  EXPECT_GE(m.at("max_model_len").get<int64_t>(), 40000);
+  EXPECT_EQ(m.at("context_length"), m.at("max_model_len"));
+  std::string words;
+  for (int i = 0; i < 2500; ++i) words += "apple banana ";
+  const json body = {
+      {"model", "demo"}, {"max_tokens", 1}, {"messages", {{{"role", "user"}, {"content", words}}}}};
+  const testing::HttpResult r = testing::PostJson(server, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GT(json::parse(r.body).at("usage").at("prompt_tokens").get<int64_t>(), 4096);
+}
+
 }  // namespace
 }  // namespace k3

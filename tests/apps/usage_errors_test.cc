@@ -116,7 +116,7 @@ const UsageCase kCases[] = {
      "--prefill-prefetch-distance must be in 0..64"},
     {"generate_max_context_zero",
      {"generate", "-m", "FIXTURE", "--ids", "3", "--max-context", "0"},
-     "--max-context must be >= 1"},
+     "--max-context 0: must be auto or a number >= 1"},
     {"generate_cache_gb_below_one_layer",
      {"generate", "-m", "FIXTURE", "--ids", "3", "--trunk-gb", "1", "--cache-gb", "0.0000001"},
      "--cache-gb 1e-07: the expert cache needs at least"},
