@@ -41,8 +41,27 @@ struct BatchScheduler::Live {
   Sampler sampler;
   size_t prefilled = 0;  // prompt tokens already run
   int32_t next = -1;     // the last sampled token, decoded in the next step
+  bool dropped = false;  // cancelled during a step: the state is half-run
 
   bool decoding() const { return prefilled == request.prompt.size(); }
+  bool cancelled() const {
+    return request.cancelled != nullptr && request.cancelled->load(std::memory_order_relaxed);
+  }
+  // The segment of the next step: its prompt's next `chunk` tokens, or the token to decode.
+  BatchSegment Segment(size_t chunk) {
+    BatchSegment segment{.state = &state, .cancelled = request.cancelled};
+    if (decoding()) {
+      segment.ids = {&next, 1};
+      return segment;
+    }
+    segment.ids = {request.prompt.data() + prefilled, chunk};
+    if (request.on_prompt_logits) {
+      segment.on_position_logits = [this, first = prefilled](size_t row, auto logits) {
+        if (first + row + 1 < request.prompt.size()) request.on_prompt_logits(first + row, logits);
+      };
+    }
+    return segment;
+  }
   // The prompt tokens the next chunk may run: up to the next snapshot position, if any.
   size_t ChunkRoom() const {
     const size_t left = request.prompt.size() - prefilled;
@@ -99,7 +118,7 @@ void BatchScheduler::Admit() {
 void BatchScheduler::Finish(Live& seq, FinishReason reason, const DoneFn& on_done) {
   seq.result.finish = reason;
   seq.result.finished_at = Now() - started_;
-  if (seq.request.keep_final_state) seq.result.state = std::move(seq.state);
+  if (seq.request.keep_final_state && !seq.dropped) seq.result.state = std::move(seq.state);
   if (on_done) on_done(seq.result);
 }
 
@@ -134,17 +153,16 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
   int share = options_.prefill_tokens_per_step;
   for (size_t i = 0; i < live.size(); ++i) {
     if (live[i].decoding()) {
-      segments.push_back({{&live[i].next, 1}, &live[i].state});
+      segments.push_back(live[i].Segment(1));
       owner.push_back(i);
       ++totals_.decode_tokens;
     }
   }
   for (size_t i = 0; i < live.size() && share > 0; ++i) {
     if (live[i].decoding()) continue;
-    const auto& prompt = live[i].request.prompt;
     chunk[i] = std::min<size_t>(share, live[i].ChunkRoom());
     share -= static_cast<int>(chunk[i]);
-    segments.push_back({{prompt.data() + live[i].prefilled, chunk[i]}, &live[i].state});
+    segments.push_back(live[i].Segment(chunk[i]));
     owner.push_back(i);
     totals_.prefill_tokens += static_cast<int64_t>(chunk[i]);
   }
@@ -160,6 +178,11 @@ absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done
   std::vector<std::optional<FinishReason>> done(live.size());
   for (size_t s = 0; s < segments.size(); ++s) {
     Live& seq = live[owner[s]];
+    if (seq.cancelled()) {  // perhaps left the step at a layer: nothing of it is used
+      seq.dropped = true;
+      done[owner[s]] = FinishReason::kInterrupted;
+      continue;
+    }
     seq.prefilled += chunk[owner[s]];
     if (!seq.decoding()) {  // more of its prompt to run
       const auto& at = seq.request.snapshot_at;

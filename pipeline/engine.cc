@@ -125,6 +125,7 @@ const EngineOptions& Engine::options() const { return parts_->options; }
 int Engine::sequences() const { return parts_->plan.sequences; }
 int64_t Engine::prefill_chunk() const { return parts_->plan.prefill_chunk; }
 int64_t Engine::max_context() const { return parts_->options.max_context; }
+int64_t Engine::layers_run() const { return parts_->model->layers_run(); }
 const std::string& Engine::context_warning() const { return parts_->context_warning; }
 int Engine::sequences_budget_holds() const { return parts_->holds; }
 SequenceState Engine::NewState() const { return SequenceState(config()); }

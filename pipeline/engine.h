@@ -94,6 +94,8 @@ class Engine {
   int64_t prefill_chunk() const;
   // Tokens of context a sequence: EngineOptions::max_context, or the one auto chose.
   int64_t max_context() const;
+  // Layers run over every step so far (Model::layers_run): the clock a cancellation counts in.
+  int64_t layers_run() const;
   // Set when auto chose a context shorter than an agent needs (kAgentContext): the line to print
   // at start.
   const std::string& context_warning() const;

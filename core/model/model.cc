@@ -29,6 +29,47 @@ std::span<const float> Row(std::span<const float> v, size_t row, size_t width) {
   return v.subspan(row * width, width);
 }
 
+// Keeps the rows of `a` (`width` floats each) that `keep` lists, in order.
+void KeepRows(std::vector<float>& a, std::span<const size_t> keep, size_t width) {
+  std::vector<float> kept(keep.size() * width);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    std::copy_n(a.begin() + keep[i] * width, width, kept.begin() + i * width);
+  }
+  a = std::move(kept);
+}
+
+// Takes the segments cancelled since the last layer out of the step: their rows leave the
+// stacked tokens, the residual stream and every block snapshot. False when none was.
+bool DropCancelled(std::span<const BatchSegment> segments, std::vector<Model::Rows>& rows,
+                   std::vector<size_t>& segment_of, std::vector<int32_t>& ids,
+                   std::vector<float>& prefix, std::vector<std::vector<float>>& snapshots,
+                   size_t width) {
+  auto cancelled = [&](size_t r) {
+    const std::atomic<bool>* flag = segments[segment_of[r]].cancelled;
+    return flag != nullptr && flag->load(std::memory_order_relaxed);
+  };
+  bool any = false;
+  for (size_t r = 0; r < rows.size(); ++r) any = any || cancelled(r);
+  if (!any) return false;
+  std::vector<size_t> keep;  // token rows that stay
+  std::vector<Model::Rows> kept_rows;
+  std::vector<size_t> kept_segments;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (cancelled(r)) continue;
+    kept_rows.push_back({keep.size(), rows[r].count, rows[r].state});
+    kept_segments.push_back(segment_of[r]);
+    for (size_t t = 0; t < rows[r].count; ++t) keep.push_back(rows[r].first + t);
+  }
+  std::vector<int32_t> kept_ids(keep.size());
+  for (size_t i = 0; i < keep.size(); ++i) kept_ids[i] = ids[keep[i]];
+  ids = std::move(kept_ids);
+  KeepRows(prefix, keep, width);
+  for (std::vector<float>& snapshot : snapshots) KeepRows(snapshot, keep, width);
+  rows = std::move(kept_rows);
+  segment_of = std::move(kept_segments);
+  return true;
+}
+
 void ForEachToken(size_t tokens, const std::function<void(size_t)>& fn) {
   tbb::parallel_for(size_t{0}, tokens, fn);
 }
@@ -342,16 +383,17 @@ absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, 
   return Run({&one, 1}, all_positions, logits, observer);
 }
 
-absl::Status Model::ForwardBatch(std::span<const BatchSegment> segments,
-                                 std::vector<float>& logits) {
-  return Run(segments, false, logits, {});
+absl::Status Model::ForwardBatch(std::span<const BatchSegment> segments, std::vector<float>& logits,
+                                 const LayerObserver& observer) {
+  return Run(segments, false, logits, observer);
 }
 
 absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positions,
                         std::vector<float>& logits, const LayerObserver& observer) {
   if (segments.empty()) return absl::InvalidArgumentError("no sequences to run");
   std::vector<Rows> rows;
-  std::vector<int32_t> ids;  // every segment's tokens, stacked
+  std::vector<size_t> segment_of;  // rows[r] is segments[segment_of[r]]'s
+  std::vector<int32_t> ids;        // every segment's tokens, stacked
   for (size_t s = 0; s < segments.size(); ++s) {
     const BatchSegment& seg = segments[s];
     if (seg.ids.empty()) return absl::InvalidArgumentError("no tokens to run");
@@ -367,42 +409,75 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
       if (r.state == seg.state) return absl::InvalidArgumentError("two segments share a state");
     }
     rows.push_back({ids.size(), seg.ids.size(), seg.state});
+    segment_of.push_back(s);
     ids.insert(ids.end(), seg.ids.begin(), seg.ids.end());
   }
-  const size_t tokens = ids.size();
   const size_t d = config_.hidden_size;
+  const size_t vocab = config_.vocab_size;
   // The residual stream per token: the running prefix P and the block snapshots B.
-  std::vector<float> prefix(tokens * d), h(tokens * d), x(tokens * d);
+  std::vector<float> prefix(ids.size() * d);
   if (absl::Status s = layers_->Embed(ids, prefix); !s.ok()) return s;
   std::vector<std::vector<float>> snapshots;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     auto lw = layers_->AcquireLayer(l);
     if (!lw.ok()) return lw.status();
-    absl::Status s = Layer(l, **lw, rows, tokens, snapshots, prefix);
+    absl::Status s = Layer(l, **lw, rows, ids.size(), snapshots, prefix);
     layers_->ReleaseLayer(l);
     if (s.ok()) s = layers_->TakeError();
     if (!s.ok()) return s;
+    layers_run_.fetch_add(1, std::memory_order_relaxed);
     if (observer) observer(l, prefix);
+    if (l + 1 < config_.num_layers &&
+        DropCancelled(segments, rows, segment_of, ids, prefix, snapshots, d) && rows.empty()) {
+      logits.assign(segments.size() * (all_positions ? segments[0].ids.size() : 1) * vocab, 0.f);
+      return absl::OkStatus();
+    }
   }
+  const size_t tokens = ids.size();
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> h(tokens * d), x(tokens * d);
   AttnRes(snapshots, prefix, tokens, trunk_.output_res_fold, h);
   NormRows(h, tokens, trunk_.final_norm, eps, x);
-  const size_t vocab = config_.vocab_size;
   if (all_positions) {
     logits.resize(tokens * vocab);
     MatMul(trunk_.lm_head, x, tokens, logits);
   } else {  // the last row of each segment, in one pass over lm_head
     std::vector<float> last(rows.size() * d);
-    for (size_t s = 0; s < rows.size(); ++s) {
-      const auto row = Row(std::span<const float>(x), rows[s].first + rows[s].count - 1, d);
-      std::copy(row.begin(), row.end(), last.begin() + s * d);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto row = Row(std::span<const float>(x), rows[r].first + rows[r].count - 1, d);
+      std::copy(row.begin(), row.end(), last.begin() + r * d);
     }
-    logits.resize(rows.size() * vocab);
-    MatMul(trunk_.lm_head, last, rows.size(), logits);
+    logits.resize(segments.size() * vocab);
+    MatMul(trunk_.lm_head, last, rows.size(), std::span<float>(logits).first(rows.size() * vocab));
+    if (rows.size() < segments.size()) {  // each row to its segment's place; cancelled: zeros
+      const std::vector<float> kept(logits.begin(), logits.begin() + rows.size() * vocab);
+      std::fill(logits.begin(), logits.end(), 0.f);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        std::copy_n(kept.begin() + r * vocab, vocab, logits.begin() + segment_of[r] * vocab);
+      }
+    }
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& hear = segments[segment_of[r]].on_position_logits;
+    if (hear) PositionLogits(x, rows[r], hear);
   }
   if (absl::Status s = layers_->TakeError(); !s.ok()) return s;
   for (const Rows& r : rows) r.state->AppendTokens({ids.data() + r.first, r.count});
   return absl::OkStatus();
+}
+
+void Model::PositionLogits(std::span<const float> x, const Rows& rows,
+                           const std::function<void(size_t, std::span<const float>)>& hear) const {
+  const size_t d = config_.hidden_size, vocab = config_.vocab_size;
+  std::vector<float> block(std::min(rows.count, kPositionLogitsRows) * vocab);
+  for (size_t at = 0; at < rows.count; at += kPositionLogitsRows) {
+    const size_t n = std::min(kPositionLogitsRows, rows.count - at);
+    MatMul(trunk_.lm_head, x.subspan((rows.first + at) * d, n * d), n,
+           std::span<float>(block).first(n * vocab));
+    for (size_t i = 0; i < n; ++i) {
+      hear(at + i, std::span<const float>(block).subspan(i * vocab, vocab));
+    }
+  }
 }
 
 }  // namespace k3

@@ -5,7 +5,9 @@
 // chunk it is in, so incremental decoding and full recompute agree bit for bit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -49,7 +51,18 @@ void EmbedResident(const Matrix& embed, std::span<const int32_t> ids, std::span<
 struct BatchSegment {
   std::span<const int32_t> ids;
   SequenceState* state = nullptr;
+  // Hears the logits after every one of `ids` (row i: the distribution of the token after
+  // ids[i]), in order, for a prompt's log probabilities. Costs an lm_head product per
+  // kPositionLogitsRows rows.
+  std::function<void(size_t row, std::span<const float> logits)> on_position_logits;
+  // Polled between layers (set by another thread): once true the segment leaves the step, its
+  // rows no longer computed. Its state is then half-run and must be dropped; its logits are
+  // zeros. Null: never.
+  const std::atomic<bool>* cancelled = nullptr;
 };
+
+// Rows of position logits computed at once (kPositionLogitsRows x vocab floats).
+inline constexpr size_t kPositionLogitsRows = 64;
 
 class Model {
  public:
@@ -70,10 +83,15 @@ class Model {
   // Runs every segment one step: one trunk pass and one read of the union of their experts.
   // Writes the logits of each segment's last token ([segments.size(), vocab], in order). Each
   // segment's logits and state are bit-identical to running it alone (a row's arithmetic does
-  // not depend on the rows beside it). Two segments may not share a state.
-  absl::Status ForwardBatch(std::span<const BatchSegment> segments, std::vector<float>& logits);
+  // not depend on the rows beside it). Two segments may not share a state. A segment cancelled
+  // during the step leaves it at the next layer; the step ends there when none is left.
+  absl::Status ForwardBatch(std::span<const BatchSegment> segments, std::vector<float>& logits,
+                            const LayerObserver& observer = {});
 
   const ModelConfig& config() const { return config_; }
+  // Layers run since the model was made, over every step: a clock in layers, by which a
+  // cancellation is measured (it takes effect at the next layer).
+  int64_t layers_run() const { return layers_run_.load(std::memory_order_relaxed); }
 
   // A segment's rows in the stacked activations.
   struct Rows {
@@ -99,12 +117,15 @@ class Model {
                      std::vector<float>& prefix);
   void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
                 std::span<float> out) const;
+  void PositionLogits(std::span<const float> x, const Rows& rows,
+                      const std::function<void(size_t, std::span<const float>)>& hear) const;
 
   const ModelConfig& config_;
   const TrunkWeights& trunk_;
   ExpertProvider& experts_;
   std::unique_ptr<LayerSource> resident_;  // when every layer is in `trunk_`
   LayerSource* layers_ = nullptr;
+  std::atomic<int64_t> layers_run_{0};
 };
 
 }  // namespace k3
