@@ -76,8 +76,39 @@ void TokenFields(const Tokenizer& tok, int32_t id, json& out, const char* text_k
   out["bytes"] = std::move(list);
 }
 
-// The choice's `logprobs`: chat's {"content": [...]} or the completions' four lists.
-json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<TokenLogprob>& all) {
+// A completion's echo in its logprobs: the prompt's ids and the log probabilities of its
+// tokens after the first.
+struct Echo {
+  const std::vector<int32_t>& ids;
+  const std::vector<TokenLogprob>& logprobs;
+};
+
+// One token of the completions' four lists; null log probabilities for the prompt's first.
+void AppendCompletionLogprob(const Tokenizer& tok, int32_t id, const TokenLogprob* lp, json& out,
+                             size_t& offset) {
+  auto bytes = tok.TokenBytes(id);
+  const std::string text = bytes.ok() ? std::string(*bytes) : std::string();
+  out["tokens"].push_back(text);
+  out["text_offset"].push_back(offset);
+  offset += text.size();
+  if (lp == nullptr) {
+    out["token_logprobs"].push_back(nullptr);
+    out["top_logprobs"].push_back(nullptr);
+    return;
+  }
+  out["token_logprobs"].push_back(lp->logprob);
+  json top = json::object();
+  for (const auto& [alt_id, logprob] : lp->top) {
+    auto alt = tok.TokenBytes(alt_id);
+    top[alt.ok() ? std::string(*alt) : std::string()] = logprob;
+  }
+  out["top_logprobs"].push_back(std::move(top));
+}
+
+// The choice's `logprobs`: chat's {"content": [...]} or the completions' four lists (with an
+// echo, the prompt's tokens first).
+json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<TokenLogprob>& all,
+                  const Echo* echo = nullptr) {
   if (endpoint == Endpoint::kChat) {
     json content = json::array();
     for (const TokenLogprob& lp : all) {
@@ -97,20 +128,12 @@ json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<Tok
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   size_t offset = 0;
-  for (const TokenLogprob& lp : all) {
-    auto bytes = tok.TokenBytes(lp.id);
-    const std::string text = bytes.ok() ? std::string(*bytes) : std::string();
-    out["tokens"].push_back(text);
-    out["token_logprobs"].push_back(lp.logprob);
-    json top = json::object();
-    for (const auto& [id, logprob] : lp.top) {
-      auto alt = tok.TokenBytes(id);
-      top[alt.ok() ? std::string(*alt) : std::string()] = logprob;
-    }
-    out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(offset);
-    offset += text.size();
+  for (size_t i = 0; echo != nullptr && i < echo->ids.size(); ++i) {
+    const TokenLogprob* lp =
+        i > 0 && i - 1 < echo->logprobs.size() ? &echo->logprobs[i - 1] : nullptr;
+    AppendCompletionLogprob(tok, echo->ids[i], lp, out, offset);
   }
+  for (const TokenLogprob& lp : all) AppendCompletionLogprob(tok, lp.id, &lp, out, offset);
   return out;
 }
 
@@ -192,7 +215,8 @@ std::optional<ApiError> HttpServer::Submit(const CompletionRequest& r, Submissio
   const std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>{} : stop_ids_;
   batch.stop_ids = stop_ids;
   out.prompt_ids = batch.prompt;
-  absl::StatusOr<std::shared_ptr<Job>> job = service_.Submit(std::move(batch), r.top_logprobs);
+  absl::StatusOr<std::shared_ptr<Job>> job =
+      service_.Submit(std::move(batch), r.top_logprobs, r.echo);
   if (!job.ok()) {
     ApiError error = ErrorFromStatus(job.status());
     if (error.http_status == 400)
@@ -212,8 +236,12 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   Submission submission;
   if (auto error = Submit(r, submission)) return SendError(res, *error);
   const std::shared_ptr<Follower> follower = submission.follower;
-  const std::vector<int32_t> prompt_ids =
-      r.return_token_ids ? std::move(submission.prompt_ids) : std::vector<int32_t>{};
+  const std::vector<int32_t> prompt_ids = std::move(submission.prompt_ids);
+  std::optional<std::string> echo_text;
+  if (r.echo) {
+    auto text = tok_.Decode(prompt_ids);
+    echo_text = text.ok() ? *std::move(text) : std::string();
+  }
   json head = {{"id", NewId(endpoint)},
                {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", static_cast<int64_t>(std::time(nullptr))},
@@ -227,7 +255,11 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
     if (absl::Status s = follower->status(); !s.ok()) return SendError(res, ErrorFromStatus(s));
     follower->LogWarnings(options_.log_requests);
     json choice = Choice(endpoint, false, all, with_ids);
-    if (r.top_logprobs >= 0) choice["logprobs"] = LogprobsJson(tok_, endpoint, all.logprobs);
+    const Echo echo{prompt_ids, all.prompt_logprobs};
+    if (echo_text) choice["text"] = *echo_text + all.content;
+    if (r.top_logprobs >= 0) {
+      choice["logprobs"] = LogprobsJson(tok_, endpoint, all.logprobs, echo_text ? &echo : nullptr);
+    }
     choice["finish_reason"] = follower->finish_reason();
     if (with_ids) choice["prompt_token_ids"] = prompt_ids;
     head["choices"] = json::array({std::move(choice)});
@@ -242,8 +274,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   const bool include_usage = r.include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [follower, head, endpoint, with_ids, include_usage, prompt_ids, log = options_.log_requests,
-       logprobs = r.top_logprobs >= 0, tok = &tok_](size_t, httplib::DataSink& sink) {
+      [follower, head, endpoint, with_ids, include_usage, prompt_ids, echo_text,
+       log = options_.log_requests, logprobs = r.top_logprobs >= 0,
+       tok = &tok_](size_t, httplib::DataSink& sink) {
         auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
         auto send = [&](json choices, const json* usage = nullptr) {
           json chunk = head;
@@ -255,7 +288,14 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         bool first = true;  // the first chunk carries the prompt's ids
         auto send_piece = [&](const Piece& piece) {
           json choice = Choice(endpoint, true, piece, with_ids);
-          if (logprobs) choice["logprobs"] = LogprobsJson(*tok, endpoint, piece.logprobs);
+          // An echo comes before the first token, in the first chunk.
+          const Echo echo{prompt_ids, piece.prompt_logprobs};
+          const bool echo_now = first && echo_text;
+          if (echo_now) choice["text"] = *echo_text + piece.content;
+          if (logprobs) {
+            choice["logprobs"] =
+                LogprobsJson(*tok, endpoint, piece.logprobs, echo_now ? &echo : nullptr);
+          }
           if (first && endpoint == Endpoint::kChat)
             choice["delta"] = {{"role", "assistant"}, {"content", ""}};
           if (first && with_ids) choice["prompt_token_ids"] = prompt_ids;

@@ -17,6 +17,7 @@ void Take(ReplyText::Delta d, Piece& piece) {
 bool Follower::Next(Piece& piece, std::chrono::milliseconds timeout) {
   last_ = job_->Wait(seen_, timeout);
   seen_ += last_.ids.size();
+  if (!last_.prompt_logprobs.empty()) piece.prompt_logprobs = std::move(last_.prompt_logprobs);
   for (size_t i = 0; i < last_.ids.size(); ++i) {
     const int32_t id = last_.ids[i];
     if (text_.stopped()) break;

@@ -25,6 +25,9 @@ struct Piece {
   std::vector<ToolCall> tool_calls;
   std::vector<int32_t> ids;
   std::vector<TokenLogprob> logprobs;  // of `ids`, when the request asked
+  // Of the prompt's tokens after the first, in the piece that first has a token or the end,
+  // when the request asked (a completion's echo).
+  std::vector<TokenLogprob> prompt_logprobs;
 
   bool has_text() const { return !content.empty() || !reasoning.empty() || !tool_calls.empty(); }
 };

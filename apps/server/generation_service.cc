@@ -9,11 +9,30 @@ namespace k3::server {
 Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return progress_.ids.size() > seen || progress_.done; });
-  Progress out = progress_;
-  out.ids.erase(out.ids.begin(), out.ids.begin() + std::min(seen, out.ids.size()));
-  out.logprobs.erase(out.logprobs.begin(),
-                     out.logprobs.begin() + std::min(seen, out.logprobs.size()));
+  Progress out;
+  out.ids.assign(progress_.ids.begin() + std::min(seen, progress_.ids.size()), progress_.ids.end());
+  out.logprobs.assign(progress_.logprobs.begin() + std::min(seen, progress_.logprobs.size()),
+                      progress_.logprobs.end());
+  if (seen == 0 && (!progress_.ids.empty() || progress_.done)) {
+    out.prompt_logprobs = progress_.prompt_logprobs;  // complete: the prompt has run
+  }
+  out.done = progress_.done;
+  out.finish = progress_.finish;
+  out.status = progress_.status;
+  out.prompt_tokens = progress_.prompt_tokens;
+  out.cached_tokens = progress_.cached_tokens;
   return out;
+}
+
+void Job::Cancel() {
+  if (cancelled_.exchange(true)) return;
+  if (clock_ != nullptr) cancelled_at_layer_ = clock_->layers_run();
+}
+
+void Job::PushPromptLogprob(size_t position, std::span<const float> logits) {
+  TokenLogprob logprob = LogProbs(logits, prompt_[position + 1], top_logprobs_);
+  std::lock_guard lock(mu_);
+  progress_.prompt_logprobs.push_back(std::move(logprob));
 }
 
 void Job::Push(int32_t id, std::span<const float> logits) {
@@ -39,7 +58,7 @@ void Job::Finish(FinishReason finish, absl::Status status) {
 }
 
 GenerationService::GenerationService(Engine& engine, const ServiceOptions& options)
-    : options_(options), scheduler_(engine, options.batch) {
+    : engine_(engine), options_(options), scheduler_(engine, options.batch) {
   if (PromptCache* cache = options.prompt_cache) {
     scheduler_.set_prompt_state_fn(
         [cache](size_t, const SequenceState& state) { cache->Store(state); });
@@ -59,7 +78,8 @@ void GenerationService::Stop() {
 }
 
 absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request,
-                                                               int top_logprobs) {
+                                                               int top_logprobs,
+                                                               bool prompt_logprobs) {
   const int64_t context = options_.batch.max_context;
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (static_cast<int64_t>(request.prompt.size()) >= context) {
@@ -69,8 +89,17 @@ absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest requ
   }
   if (absl::Status s = ValidateSamplerOptions(request.sampler); !s.ok()) return s;
   auto job = std::make_shared<Job>();
-  job->request_ = std::move(request);
+  job->clock_ = &engine_;
   job->top_logprobs_ = top_logprobs;
+  // The scheduler holds the request while the job lives in jobs_, so these may point into it.
+  request.cancelled = &job->cancelled_;
+  if (prompt_logprobs && top_logprobs >= 0) {
+    job->prompt_ = request.prompt;
+    request.on_prompt_logits = [raw = job.get()](size_t position, std::span<const float> logits) {
+      raw->PushPromptLogprob(position, logits);
+    };
+  }
+  job->request_ = std::move(request);
   {
     std::lock_guard lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -100,7 +129,8 @@ void GenerationService::Admit(std::vector<std::shared_ptr<Job>>& incoming) {
     BatchRequest request = std::move(job->request_);
     const int64_t total = static_cast<int64_t>(request.prompt.size());
     int64_t cached = 0;
-    if (options_.prompt_cache != nullptr) {
+    // A request for its prompt's log probabilities runs every prompt token for its logits.
+    if (options_.prompt_cache != nullptr && !request.on_prompt_logits) {
       cached = ResumeFromPromptCache(*options_.prompt_cache, request);
       request.keep_prompt_state = request.keep_final_state = true;
     }
@@ -129,6 +159,10 @@ void GenerationService::End(Job& job, FinishReason finish, absl::Status status) 
     ++(!status.ok()      ? stats_.requests_failed
        : job.cancelled() ? stats_.requests_cancelled
                          : stats_.requests_finished);
+    if (job.cancelled()) {
+      stats_.cancel_layers_max =
+          std::max(stats_.cancel_layers_max, engine_.layers_run() - job.cancelled_at_layer_.load());
+    }
   }
   job.Finish(finish, std::move(status));
 }
@@ -173,6 +207,7 @@ void GenerationService::Loop() {
     stats_.totals = scheduler_.totals();
     stats_.queued = static_cast<int64_t>(scheduler_.waiting());
     stats_.live = static_cast<int64_t>(scheduler_.live());
+    stats_.layers_run = engine_.layers_run();
     if (options_.prompt_cache != nullptr) {
       stats_.saved_states = static_cast<int64_t>(options_.prompt_cache->states_in_memory());
     }

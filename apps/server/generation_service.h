@@ -34,6 +34,10 @@ class Job {
   struct Progress {
     std::vector<int32_t> ids;            // the tokens sampled after the first `seen`
     std::vector<TokenLogprob> logprobs;  // theirs, when the request asked (set_logprobs)
+    // With prompt log probabilities asked: those of prompt tokens 1.. given the ones before,
+    // complete once the prompt has run; given only to a Wait from the start (seen 0) that sees
+    // a token or the end.
+    std::vector<TokenLogprob> prompt_logprobs;
     bool done = false;
     FinishReason finish = FinishReason::kLength;
     absl::Status status;        // a failed step ends every live job with its error
@@ -43,21 +47,26 @@ class Job {
 
   // Waits until there are more than `seen` tokens or the job is done, or `timeout` passes.
   Progress Wait(size_t seen, std::chrono::milliseconds timeout);
-  // Ends the job at the next step (its tokens so far stay; it finishes as interrupted).
-  void Cancel() { cancelled_ = true; }
+  // Ends the job at the next layer of the engine (its tokens so far stay; it finishes as
+  // interrupted).
+  void Cancel();
   bool cancelled() const { return cancelled_; }
 
  private:
   friend class GenerationService;
   void Push(int32_t id, std::span<const float> logits);
+  void PushPromptLogprob(size_t position, std::span<const float> logits);
   void Finish(FinishReason finish, absl::Status status);
 
   std::mutex mu_;
   std::condition_variable cv_;
   Progress progress_;
   std::atomic<bool> cancelled_{false};
-  int top_logprobs_ = -1;  // -1: no log probabilities
-  BatchRequest request_;   // until the engine thread takes it
+  const Engine* clock_ = nullptr;               // its layers_run() at Cancel ...
+  std::atomic<int64_t> cancelled_at_layer_{0};  // ... kept here
+  int top_logprobs_ = -1;                       // -1: no log probabilities
+  std::vector<int32_t> prompt_;                 // with prompt log probabilities: the whole prompt
+  BatchRequest request_;                        // until the engine thread takes it
 };
 
 struct ServiceOptions {
@@ -72,6 +81,10 @@ struct ServiceStats {
   int64_t queued = 0, live = 0, saved_states = 0;
   int64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   int64_t prompt_tokens = 0, cached_tokens = 0;  // completion tokens: totals.sampled_tokens
+  // The most layers the engine ran between a request's cancellation and its place freeing:
+  // at most 1 with one place in the batch (the layer in progress finishes).
+  int64_t cancel_layers_max = 0;
+  int64_t layers_run = 0;  // by the engine, over every step
   double last_step_seconds = 0;
 };
 
@@ -82,8 +95,11 @@ class GenerationService {
 
   // ResourceExhausted when max_queue requests wait already, InvalidArgument for one that can
   // never run (its prompt fills the context, bad sampler settings).
-  // `top_logprobs` >= 0: the job records each token's log probabilities (Job::set_logprobs).
-  absl::StatusOr<std::shared_ptr<Job>> Submit(BatchRequest request, int top_logprobs = -1);
+  // `top_logprobs` >= 0: the job records each token's log probabilities.
+  // With prompt_logprobs (and top_logprobs >= 0) the job also reports its prompt's log
+  // probabilities; such a request runs its whole prompt (never resumed from the prompt cache).
+  absl::StatusOr<std::shared_ptr<Job>> Submit(BatchRequest request, int top_logprobs = -1,
+                                              bool prompt_logprobs = false);
   // Ends the live jobs as interrupted and the engine thread; idempotent.
   void Stop();
 
@@ -96,6 +112,7 @@ class GenerationService {
   void OnDone(BatchResult& result);
   void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
 
+  const Engine& engine_;  // its layer clock
   ServiceOptions options_;
   BatchScheduler scheduler_;                     // engine thread only
   std::map<size_t, std::shared_ptr<Job>> jobs_;  // engine thread only: by scheduler index

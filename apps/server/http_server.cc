@@ -249,6 +249,11 @@ std::string HttpServer::Metrics() const {
   absl::StrAppend(&out, "k3_saved_states ", st.saved_states, "\n");
   metric("k3_steps_total", "counter", "Batched engine steps.");
   absl::StrAppend(&out, "k3_steps_total ", st.totals.step_count, "\n");
+  metric("k3_layers_total", "counter", "Model layers run, over every step.");
+  absl::StrAppend(&out, "k3_layers_total ", st.layers_run, "\n");
+  metric("k3_cancel_layers_max", "gauge",
+         "The most layers run between a request's cancellation and its place freeing.");
+  absl::StrAppend(&out, "k3_cancel_layers_max ", st.cancel_layers_max, "\n");
   metric("k3_step_seconds_total", "counter", "Seconds spent in engine steps.");
   absl::StrAppend(&out, "k3_step_seconds_total ", m.seconds, "\n");
   metric("k3_seconds_per_token", "gauge",

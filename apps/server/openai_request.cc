@@ -356,7 +356,7 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
   }
   // Options this server leaves out, accepted at the value that means "off".
   for (const char* key : {"presence_penalty", "frequency_penalty", "logit_bias", "functions",
-                          "function_call", "echo", "suffix"}) {
+                          "function_call", "suffix"}) {
     if (j.contains(key) && !Neutral(j[key])) return Unsupported(key, "");
   }
   int64_t v = 0;
@@ -377,6 +377,7 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
   if (auto e = ReadFlag(j, "stream", r.stream)) return e;
   if (auto e = ReadFlag(j, "return_token_ids", r.return_token_ids)) return e;
   if (auto e = ReadFlag(j, "ignore_eos", r.ignore_eos)) return e;
+  if (auto e = ReadFlag(j, "echo", r.echo)) return e;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const Json& o = j["stream_options"];
     if (!o.is_object()) return Invalid("stream_options", "'stream_options' must be an object");

@@ -53,6 +53,10 @@ struct CompletionRequest {
   // Log probabilities of each sampled token and of its top_logprobs alternatives (chat:
   // logprobs true and top_logprobs 0..20; completions: logprobs N, 0..5); -1: none.
   int top_logprobs = -1;
+  // Completions: the prompt's text comes before the completion's, and with logprobs the
+  // prompt's tokens come first in them, each token's log probability given the ones before it
+  // (null for the first), as evaluation harnesses score a continuation.
+  bool echo = false;
 };
 
 struct ParseResult {

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "tests/apps/serve_harness.h"
@@ -194,6 +196,23 @@ TEST_F(ServeToolsTest, AThinkingBudgetClosesTheThinkChannelAndTheAnswerFollows) 
   EXPECT_EQ(results[0]["token_ids"], results[1]["token_ids"]);
 }
 
+// The log-softmax of `k3 generate --dump-logits` at `id`, after the prompt `ids`.
+double EngineLogprob(const std::string& model, const std::vector<int32_t>& ids, int32_t id) {
+  testing::TempDir io;
+  std::string list;
+  for (const int32_t i : ids) list += (list.empty() ? "" : ",") + std::to_string(i);
+  const testing::K3Result gen = testing::RunK3(
+      {"generate", "-m", model, "--quiet", "--ids", list, "-n", "1", "--dump-logits", io / "l"});
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  const std::string bytes = testing::ReadAll(io / "l");
+  std::vector<float> logits(bytes.size() / 4);
+  std::memcpy(logits.data(), bytes.data(), bytes.size());
+  double max = -1e30, sum = 0;
+  for (float x : logits) max = std::max(max, static_cast<double>(x));
+  for (float x : logits) sum += std::exp(x - max);
+  return logits.at(id) - (max + std::log(sum));
+}
+
 TEST_F(ServeToolsTest, LogprobsAreTheLogSoftmaxOfTheEnginesLogits) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
                      {"max_tokens", 2},
@@ -206,29 +225,61 @@ TEST_F(ServeToolsTest, LogprobsAreTheLogSoftmaxOfTheEnginesLogits) {
   const json choice = json::parse(r.body)["choices"][0];
   const json& content = choice["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u) << r.body;
-  // The logits after the prompt, as `k3 generate --dump-logits` writes them.
-  testing::TempDir io;
-  std::string ids;
-  for (const json& id : choice["prompt_token_ids"]) {
-    ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
-  }
-  const testing::K3Result gen = testing::RunK3({"generate", "-m", *dir_ / "m", "--quiet", "--ids",
-                                                ids, "-n", "1", "--dump-logits", io / "l.f32"});
-  ASSERT_EQ(gen.exit_code, 0) << gen.err;
-  const std::string bytes = testing::ReadAll(io / "l.f32");
-  std::vector<float> logits(bytes.size() / 4);
-  std::memcpy(logits.data(), bytes.data(), bytes.size());
-  double max = -1e30, sum = 0;
-  for (float x : logits) max = std::max(max, static_cast<double>(x));
-  for (float x : logits) sum += std::exp(x - max);
-  const double lse = max + std::log(sum);
+  std::vector<int32_t> ids;
+  for (const json& id : choice["prompt_token_ids"]) ids.push_back(id.get<int32_t>());
   const int first = choice["token_ids"][0];
-  EXPECT_NEAR(content[0]["logprob"].get<double>(), logits[first] - lse, 1e-5);
+  EXPECT_NEAR(content[0]["logprob"].get<double>(), EngineLogprob(*dir_ / "m", ids, first), 1e-5);
   ASSERT_EQ(content[0]["top_logprobs"].size(), 5u);
   EXPECT_EQ(content[0]["top_logprobs"][0]["logprob"], content[0]["logprob"]);  // greedy
   for (const json& alt : content[0]["top_logprobs"]) {
     EXPECT_LE(alt["logprob"].get<double>(), content[0]["logprob"].get<double>() + 1e-9);
   }
+}
+
+// Completions with echo, as evaluation harnesses score a continuation: the prompt's text before
+// the completion's, and in logprobs one value per prompt token after the first (null for the
+// first), each the log-softmax of the engine's logits after the tokens before it; the same
+// streamed.
+TEST_F(ServeToolsTest, EchoGivesThePromptsLogprobsAsTheEngineComputesThem) {
+  const std::vector<int32_t> prompt = {5, 9, 17, 3, 22, 40};
+  json body = {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0},
+               {"logprobs", 2},    {"echo", true},    {"return_token_ids", true}};
+  const testing::HttpResult plain = testing::PostJson(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json choice = json::parse(plain.body)["choices"][0];
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), prompt.size() + 1) << plain.body;
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  std::string tokens_text;
+  for (const json& t : lp["tokens"]) tokens_text += t.get<std::string>();
+  EXPECT_EQ(choice["text"], tokens_text);  // the prompt's text, then the completion's
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const std::vector<int32_t> before(prompt.begin(), prompt.begin() + i);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(),
+                EngineLogprob(*dir_ / "m", before, prompt[i]), 1e-5)
+        << i;
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u) << i;
+  }
+  EXPECT_EQ(lp["text_offset"][1], lp["tokens"][0].get<std::string>().size());
+
+  body["stream"] = true;
+  const testing::HttpResult streamed = testing::PostJson(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string text;
+  json token_logprobs = json::array();
+  for (absl::string_view line : absl::StrSplit(streamed.body, '\n')) {
+    if (!absl::ConsumePrefix(&line, "data: ") || line == "[DONE]") continue;
+    const json chunk = json::parse(std::string(line));
+    if (chunk["choices"].empty()) continue;
+    text += chunk["choices"][0]["text"].get<std::string>();
+    const json& part = chunk["choices"][0]["logprobs"];
+    if (part.is_object()) {
+      for (const json& v : part["token_logprobs"]) token_logprobs.push_back(v);
+    }
+  }
+  EXPECT_EQ(text, choice["text"]);
+  EXPECT_EQ(token_logprobs, lp["token_logprobs"]);
 }
 
 }  // namespace
