@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstdio>
+#include <thread>
 
 #include "tests/apps/serve_harness.h"
 
@@ -187,6 +189,33 @@ TEST_F(ServeTest, AClientThatDisconnectsMidStreamIsCancelledAndFreesItsPlace) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// Cancel mid-prompt: with one place in the batch, a 4000-token prompt run in one step (about
+// 5 s on the demo model's 8 layers here) whose client gives up after 1.5 s leaves the engine at
+// the next layer, and the request queued behind it runs. Counted in layers, never seconds: the
+// engine runs at most one layer between the cancellation and the place freeing.
+TEST_F(ServeTest, AClientGoneMidPromptFreesItsPlaceWithinOneLayer) {
+  ServeProcess server({"-m", demo(), "--batch", "1", "--prefill-chunk", "4096"});
+  json ids = json::array();
+  for (int i = 0; i < 4000; ++i) ids.push_back(10 + (i * 37) % 4000);
+  const json gone = {{"prompt", ids}, {"max_tokens", 4}, {"stream", true}};
+  std::thread client([&] {
+    testing::PostJson(server, "/v1/completions", gone.dump(), {"-N", "--max-time", "1.5"});
+  });
+  // Admitted (its prompt counted) before the next request comes to wait behind it.
+  EXPECT_TRUE(testing::WaitForMetric(server, "k3_tokens_total{kind=\"prompt\"}", 4000));
+  const json next = Completion("after it", 5, false);
+  const json after = testing::NodeClients(server, json::array({next}));
+  client.join();
+  ASSERT_EQ(after.size(), 1u);
+  ExpectExact(next, after[0], demo());
+  EXPECT_EQ(testing::Metric(server, "k3_requests_total{outcome=\"cancelled\"}"), 1);
+  EXPECT_LE(testing::Metric(server, "k3_cancel_layers_max"), 1);
+  // For the record: whole steps run 8 layers each, so the rest modulo 8 is where the cut fell.
+  const double layers = testing::Metric(server, "k3_layers_total");
+  std::printf("layers run: %.0f, the cut step's: %d\n", layers, static_cast<int>(layers) % 8);
+  EXPECT_EQ(server.Stop(), 0);
+}
+
 TEST_F(ServeTest, AFullQueueAnswers429WithRetryAfter) {
   ServeProcess server({"-m", model(), "--batch", "1", "--max-queue", "1"});
   // One stream holds the batch's place and one waits (curl in the background, each reading
@@ -200,7 +229,8 @@ TEST_F(ServeTest, AFullQueueAnswers429WithRetryAfter) {
                             " > " + io / std::to_string(i) + " 2>&1 & echo $! >> " + io / "pids";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
-  ASSERT_TRUE(testing::WaitForMetric(server, "k3_live_sequences", 1));
+  // Admitted (its prompt counted) before the next request comes to wait behind it.
+  EXPECT_TRUE(testing::WaitForMetric(server, "k3_tokens_total{kind=\"prompt\"}", 4000));
   ASSERT_TRUE(testing::WaitForMetric(server, "k3_queue_length", 1));
   const testing::HttpResult full =
       testing::PostJson(server, "/v1/completions", R"({"prompt": "one more", "max_tokens": 2})");
@@ -226,7 +256,8 @@ TEST_F(ServeTest, SigtermEndsTheLiveStreamsWithAnErrorEventAndExitsZero) {
       " " + server.url("/v1/completions") + " > " + io / "stream" + " 2>&1 & echo $! > " +
       io / "pid";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  ASSERT_TRUE(testing::WaitForMetric(server, "k3_live_sequences", 1));
+  // Admitted (its prompt counted) before the next request comes to wait behind it.
+  EXPECT_TRUE(testing::WaitForMetric(server, "k3_tokens_total{kind=\"prompt\"}", 4000));
   EXPECT_EQ(server.Stop(), 0) << server.log();
   // curl ends once the server has closed the stream.
   const std::string wait = "for i in $(seq 1200); do kill -0 $(cat " + io / "pid" +
