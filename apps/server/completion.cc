@@ -204,9 +204,30 @@ std::optional<ApiError> HttpServer::Prompt(const CompletionRequest& r,
   return std::nullopt;
 }
 
+namespace {
+
+// Where a chat's prompt cache keeps states besides the prompt's end (PROMPT-CACHE.md section
+// 2): after the first two messages (the shared head: the system prompt and the tool
+// declarations) and after the last two (an agent's next turn extends the history up to the
+// last message but one: a tool-choice message comes last, and moves to the end of the next).
+std::vector<int64_t> MessageBoundaries(const Tokenizer& tok, std::span<const int32_t> prompt) {
+  const std::optional<TokenId> end = tok.SpecialTokenId("<|end_of_msg|>");
+  std::vector<int64_t> all;
+  for (size_t i = 0; end && i + 1 < prompt.size(); ++i) {
+    if (prompt[i] == *end) all.push_back(static_cast<int64_t>(i) + 1);
+  }
+  if (all.size() > 4) all.erase(all.begin() + 2, all.end() - 2);
+  return all;
+}
+
+}  // namespace
+
 std::optional<ApiError> HttpServer::Submit(const CompletionRequest& r, Submission& out) {
   BatchRequest batch;
   if (auto error = Prompt(r, batch.prompt)) return error;
+  if (r.endpoint == Endpoint::kChat && service_.options().prompt_cache != nullptr) {
+    batch.snapshot_at = MessageBoundaries(tok_, batch.prompt);
+  }
   batch.max_tokens = r.max_tokens.value_or(options_.default_max_tokens);
   if (auto error = Constrain(r, batch)) return error;
   batch.sampler = r.sampler;

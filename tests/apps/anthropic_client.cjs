@@ -12,6 +12,10 @@
 // result per request: {"ok": true, "message", "events", "validation"} or {"ok": false,
 // "status", "error", "class", "message"}. "validation" checks with ajv each tool_use block's
 // input against its tool's input_schema: [{"name", "valid", "errors"}].
+// "agent" runs an agent's loop of `turns` turns with the SDK: each answer goes back into the
+// history with a tool_result for each of its tool_use blocks, and the next turn is asked;
+// its result is {"ok": true, "turns": [{"usage", "stop_reason", "validation",
+// "prompt_token_ids" (with params.return_token_ids)}]}.
 "use strict";
 const { failure, main } = require("./client_main.cjs");
 
@@ -36,10 +40,27 @@ function validation(params, message) {
   return checks;
 }
 
+async function agent(client, req) {
+  const params = JSON.parse(JSON.stringify(req.params));
+  const turns = [];
+  for (let turn = 0; turn < req.turns; ++turn) {
+    const message = await client.messages.create(params);
+    turns.push({ usage: message.usage, stop_reason: message.stop_reason,
+                 validation: validation(params, message),
+                 prompt_token_ids: message.prompt_token_ids });
+    params.messages.push({ role: "assistant", content: message.content });
+    const results = message.content.filter((b) => b.type === "tool_use").map((b) => (
+      { type: "tool_result", tool_use_id: b.id, content: `result ${turn} of ${b.name}` }));
+    params.messages.push({ role: "user", content: results.length ? results : "Go on." });
+  }
+  return { ok: true, turns };
+}
+
 async function run(req) {
   const client = new Anthropic({ baseURL, apiKey: req.api_key || "unused", maxRetries: 0 });
   const out = { ok: true, events: [] };
   try {
+    if (req.call === "agent") return await agent(client, req);
     if (req.call === "count") {
       out.message = await client.messages.countTokens(req.params);
       return out;

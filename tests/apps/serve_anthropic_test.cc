@@ -168,6 +168,51 @@ TEST_F(ServeAnthropicTest, ABudgetOfThinkingTokensEndsTheThinkingAndTheTextFollo
   EXPECT_EQ(results[0]["message"]["content"], results[1]["message"]["content"]);
 }
 
+// An agent's loop through the SDK, five turns with tools: each turn's call validates, and from
+// the second turn on the prompt cache supplies the tool declarations, the system prompt and
+// every message the turn shares with the turn before, up to the last message boundary the two
+// prompts share (the tool-choice message of `any` comes last, so it is the one not shared).
+TEST_F(ServeAnthropicTest, AFiveTurnAgentLoopReadsItsPrefixFromThePromptCache) {
+  const json setup = {{"system", "You are a travel agent. Call a tool at every step."},
+                      {"tools", kAnthropicTools},
+                      {"tool_choice", {{"type", "any"}}}};
+  json agent = Request("create", setup);
+  agent["params"].update({{"max_tokens", 400}, {"return_token_ids", true}});
+  agent["call"] = "agent";
+  agent["turns"] = 5;
+  const json out = Run(json::array({agent}));
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].value("ok", false)) << out[0].dump();
+  auto tok = Tokenizer::Load(*dir_ / "m");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t end_of_msg = *tok->SpecialTokenId("<|end_of_msg|>");
+  const json& turns = out[0]["turns"];
+  ASSERT_EQ(turns.size(), 5u);
+  // The head: the tool declarations' message and the system prompt's, the first two.
+  size_t head = 0;
+  for (int seen = 0; head < turns[0]["prompt_token_ids"].size() && seen < 2; ++head) {
+    seen += turns[0]["prompt_token_ids"][head] == end_of_msg;
+  }
+  for (size_t k = 0; k < turns.size(); ++k) {
+    EXPECT_EQ(turns[k]["stop_reason"], "tool_use") << turns[k].dump();
+    ASSERT_GE(turns[k]["validation"].size(), 1u) << turns[k].dump();
+    for (const json& check : turns[k]["validation"]) EXPECT_TRUE(check["valid"]) << check.dump();
+    if (k == 0) continue;
+    const json& before = turns[k - 1]["prompt_token_ids"];
+    const json& now = turns[k]["prompt_token_ids"];
+    size_t shared = 0;  // the last message boundary within the common prefix
+    for (size_t i = 0; i < before.size() && i < now.size() && before[i] == now[i]; ++i) {
+      if (now[i] == end_of_msg) shared = i + 1;
+    }
+    const int read = turns[k]["usage"]["cache_read_input_tokens"];
+    EXPECT_EQ(read, static_cast<int>(shared)) << k;
+    EXPECT_GE(read, static_cast<int>(head)) << k;
+    if (k > 1) {
+      EXPECT_GT(read, turns[k - 1]["usage"]["cache_read_input_tokens"].get<int>()) << k;
+    }
+  }
+}
+
 TEST_F(ServeAnthropicTest, AToolRoundTripWithAnyAndANamedTool) {
   const json any = {{"tools", kAnthropicTools},
                     {"tool_choice", {{"type", "any"}}},
