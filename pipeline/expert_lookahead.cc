@@ -19,7 +19,8 @@ void StreamingExpertProvider::ScorePredictions(int64_t layer, std::span<const in
     absl::flat_hash_set<int32_t> actual(experts.begin(), experts.end()), any;
     for (const auto& [distance, predicted] : it->second) {
       any.insert(predicted.begin(), predicted.end());
-      if (prefill_pass_) continue;  // the figures by distance describe decoding
+      // The figures by distance describe decoding (a prompt's distance may be larger).
+      if (prefill_pass_ || distance > static_cast<int>(accuracy_.size())) continue;
       PrefetchAccuracy& a = accuracy_[distance - 1];
       a.predicted += predicted.size();
       a.actual += actual.size();
@@ -98,6 +99,9 @@ void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x,
   {
     std::lock_guard<std::mutex> lock(mu_);
     prefill_pass_ = tokens > 1;  // the predictions StartFetch scores in this pass are ours
+    // A pass that ended early (every sequence of the step cancelled, or a failed read) left
+    // predictions for layers it never reached: a new pass starts without them.
+    if (layer == 0) predictions_.clear();
   }
   if (!options_.overlap || distance == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
