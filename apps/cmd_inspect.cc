@@ -175,10 +175,11 @@ const Subcommand& InspectCommand() {
       "is present with the right shape.\n\n"
       "Then, for every memory preset (ultra ... max, and auto = 70% of the RAM available now):\n"
       "the RAM budget, the trunk layers it pins (the others stream through a ring every token)\n"
-      "and the routed experts its cache holds, at the default --max-context 4096 and\n"
-      "--prefill-chunk 64; and what a decode token would read (streamed trunk plus the experts\n"
-      "the cache misses, its hit rate taken as the share of experts it holds) and take at the\n"
-      "disk's rate: --disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).",
+      "and the routed experts its cache holds, at a fixed context of 4096 tokens (not\n"
+      "--max-context auto) and --prefill-chunk 64; and what a decode token would read (streamed\n"
+      "trunk plus the experts the cache misses, its hit rate taken as the share of experts it\n"
+      "holds) and take at the disk's rate: --disk-gbps, or measured as k3 doctor does on the\n"
+      "largest shard (2.5 s).",
       kInspect,
       RunInspect};
   return kCommand;
