@@ -177,7 +177,8 @@ void HttpServer::Messages(const httplib::Request& req, httplib::Response& res) {
       std::make_shared<MessageBuilder>(NewMessageId(), options_.model_id, r.chat.thinking);
   const auto input_tokens = static_cast<int64_t>(submission.prompt_ids.size());
   auto usage = [follower, input_tokens] {
-    return MessageUsage{input_tokens, follower->completion_tokens(), follower->cached_tokens()};
+    const int64_t cached = follower->cached_tokens();  // 0 until the request is admitted
+    return MessageUsage{input_tokens - cached, follower->completion_tokens(), cached};
   };
 
   if (!r.stream) {

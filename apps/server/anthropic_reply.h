@@ -16,8 +16,9 @@
 
 namespace k3::server {
 
-// The usage object of a message: input_tokens the whole prompt, cache_read_input_tokens the
-// part of it the prompt cache supplied.
+// The usage object of a message, counted as Anthropic counts it: input_tokens the prompt tokens
+// that ran, cache_read_input_tokens those the prompt cache supplied (together the whole prompt,
+// what count_tokens gives).
 struct MessageUsage {
   int64_t input_tokens = 0, output_tokens = 0, cache_read_input_tokens = 0;
   nlohmann::ordered_json ToJson() const;
