@@ -332,13 +332,10 @@ TEST_F(ServeTest, ModelsHealthAndMetricsAnswer) {
   EXPECT_THAT(server.log(), HasSubstr("k3 serve: stopped"));
 }
 
-// Default flags (--max-context auto) on the demo model: /v1/models reports a context an agent's
-// prompt fits in, and a chat longer than the old default of 4096 tokens is served. 40,000 tokens
-// take many minutes of prefill on a shared 2-core machine (attention is quadratic in the prompt),
-// so the chat here is about 5,000 tokens.
-// Default flags: /v1/models reports the automatic context, and a chat past the old default of
-// 4096 tokens is served (on the 2-layer model, to keep CI short; a 39,825-token chat on the
-// whole demo model took 6 minutes by hand). Under a sanitizer, ten times slower, the context only.
+// Default flags (--max-context auto): /v1/models reports a context an agent's prompt fits in,
+// and a chat past the old default of 4096 tokens (about 4,400) is served, on the 2-layer model
+// to keep CI short (a 40,700-token chat on the whole demo model took 149 s by hand). Under a
+// sanitizer, ten times slower, the context only.
 TEST_F(ServeTest, DefaultFlagsServeAChatLongerThanTheOldContext) {
   ServeProcess server({"-m", model()});
   const testing::HttpResult models = testing::Curl(server.url("/v1/models"));
