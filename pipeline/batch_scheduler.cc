@@ -57,7 +57,8 @@ struct BatchScheduler::Live {
     segment.ids = {request.prompt.data() + prefilled, chunk};
     if (request.on_prompt_logits) {
       segment.on_position_logits = [this, first = prefilled](size_t row, auto logits) {
-        if (first + row + 1 < request.prompt.size()) request.on_prompt_logits(first + row, logits);
+        const size_t next = first + row + 1;
+        if (next < request.prompt.size()) request.on_prompt_logits(request.prompt[next], logits);
       };
     }
     return segment;

@@ -48,10 +48,11 @@ struct BatchRequest {
   // sampling, and hears each sampled token. The logits the TokenFn sees are the masked ones.
   // Null: sampling is untouched.
   std::shared_ptr<TokenConstraint> constraint;
-  // The logits after each prompt token that has a successor in the prompt (position p: the
-  // distribution of prompt[p + 1]), for the prompt's log probabilities (a completion's echo).
-  // They cost an lm_head product per prompt token; the last token's are the PromptEndFn's.
-  std::function<void(size_t position, std::span<const float> logits)> on_prompt_logits;
+  // The logits after each prompt token that has a successor in the prompt, in order, with that
+  // successor (`next`, the token they predict), for the prompt's log probabilities (a
+  // completion's echo). They cost an lm_head product per prompt token; the last token's are the
+  // PromptEndFn's.
+  std::function<void(int32_t next, std::span<const float> logits)> on_prompt_logits;
   // Set by another thread to end the request: it leaves the step it is in at the next layer
   // (its state is then dropped, never kept) and finishes as interrupted. Outlives the request.
   const std::atomic<bool>* cancelled = nullptr;

@@ -29,8 +29,8 @@ void Job::Cancel() {
   if (clock_ != nullptr) cancelled_at_layer_ = clock_->layers_run();
 }
 
-void Job::PushPromptLogprob(size_t position, std::span<const float> logits) {
-  TokenLogprob logprob = LogProbs(logits, prompt_[position + 1], top_logprobs_);
+void Job::PushPromptLogprob(int32_t id, std::span<const float> logits) {
+  TokenLogprob logprob = LogProbs(logits, id, top_logprobs_);
   std::lock_guard lock(mu_);
   progress_.prompt_logprobs.push_back(std::move(logprob));
 }
@@ -94,9 +94,8 @@ absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest requ
   // The scheduler holds the request while the job lives in jobs_, so these may point into it.
   request.cancelled = &job->cancelled_;
   if (prompt_logprobs && top_logprobs >= 0) {
-    job->prompt_ = request.prompt;
-    request.on_prompt_logits = [raw = job.get()](size_t position, std::span<const float> logits) {
-      raw->PushPromptLogprob(position, logits);
+    request.on_prompt_logits = [raw = job.get()](int32_t id, std::span<const float> logits) {
+      raw->PushPromptLogprob(id, logits);
     };
   }
   job->request_ = std::move(request);

@@ -55,7 +55,7 @@ class Job {
  private:
   friend class GenerationService;
   void Push(int32_t id, std::span<const float> logits);
-  void PushPromptLogprob(size_t position, std::span<const float> logits);
+  void PushPromptLogprob(int32_t id, std::span<const float> logits);
   void Finish(FinishReason finish, absl::Status status);
 
   std::mutex mu_;
@@ -65,7 +65,6 @@ class Job {
   const Engine* clock_ = nullptr;               // its layers_run() at Cancel ...
   std::atomic<int64_t> cancelled_at_layer_{0};  // ... kept here
   int top_logprobs_ = -1;                       // -1: no log probabilities
-  std::vector<int32_t> prompt_;                 // with prompt log probabilities: the whole prompt
   BatchRequest request_;                        // until the engine thread takes it
 };
 
