@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "apps/chat_history.h"
-#include "core/tools/reply_constraint.h"
+#include "core/text/tools/reply_constraint.h"
 #include "io/file.h"
 
 namespace k3::cli {

@@ -10,8 +10,8 @@
 #include "apps/commands.h"
 #include "apps/disk_rate.h"
 #include "apps/flags.h"
-#include "core/checkpoint.h"
-#include "core/progress.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/util/progress.h"
 #include "pipeline/memory_plan.h"
 
 namespace k3::cli {

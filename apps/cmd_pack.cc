@@ -1,4 +1,4 @@
-// k3 pack: copy a checkpoint's trunk into one file laid out for streaming (core/trunk_pack.h).
+// k3 pack: copy a checkpoint's trunk into one file laid out for streaming (core/checkpoint/trunk_pack.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "apps/commands.h"
 #include "apps/flags.h"
-#include "core/checkpoint.h"
-#include "core/progress.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/util/progress.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "io/file.h"
 
 namespace k3::cli {

@@ -23,8 +23,8 @@
 #include "apps/settings_file.h"
 #include "apps/tables.h"
 #include "apps/tune/tune_sweep.h"
-#include "core/config.h"
-#include "core/median.h"
+#include "core/checkpoint/config.h"
+#include "core/util/median.h"
 #include "io/file.h"
 #include "io/storage_profile.h"
 

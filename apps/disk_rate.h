@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 
 namespace k3::cli {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "apps/cli.h"
 #include "apps/flags.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "io/fault_injection.h"
 #include "io/file.h"
 #include "io/storage_profile.h"

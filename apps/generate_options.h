@@ -9,9 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "apps/flags.h"
-#include "core/config.h"
-#include "core/sampler.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/checkpoint/config.h"
+#include "core/model/sampler.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "pipeline/engine.h"
 
 namespace k3::cli {

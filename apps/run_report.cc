@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_format.h"
 #include "apps/cli.h"
-#include "core/median.h"
-#include "core/progress.h"
+#include "core/util/median.h"
+#include "core/util/progress.h"
 
 namespace k3::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "fuzz/fuzz_util.h"
 #include "fuzz/small_model.h"
 

@@ -26,8 +26,8 @@
 #include "apps/cli.h"
 #include "apps/commands.h"
 #include "apps/flags.h"
-#include "core/config.h"
-#include "core/synth.h"
+#include "core/checkpoint/config.h"
+#include "core/synth/synth.h"
 #include "io/storage_profile.h"
 
 namespace {

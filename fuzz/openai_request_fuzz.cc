@@ -10,9 +10,9 @@
 #include <string_view>
 
 #include "apps/server/openai_request.h"
-#include "core/chat_template.h"
-#include "core/grammar/output_grammar.h"
-#include "core/sampler.h"
+#include "core/text/chat_template.h"
+#include "core/text/grammar/output_grammar.h"
+#include "core/model/sampler.h"
 
 using k3::server::Endpoint;
 

@@ -3,7 +3,7 @@
 // with DataLoss or return tensors that fit inside the file without overlapping.
 //
 // Its verdict on the JSON must also be nlohmann's, whose strict parser k3 used before simdjson
-// On-Demand (which checks only what it is asked to read; core/json_reader.h checks the rest): a
+// On-Demand (which checks only what it is asked to read; core/checkpoint/json_reader.h checks the rest): a
 // header it opens is valid JSON, and one it calls "not valid JSON" is not. Text after a NUL
 // byte does not count, for either.
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 #include "nlohmann/json.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 #include "core/model/sequence_state.h"
 
 namespace k3::fuzzing {

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tokenizer/tiktoken_file.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tiktoken_file.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/synth_tokenizer.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/synth/synth_tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "tests/tokenizer/test_vocab.h"
 
 namespace {

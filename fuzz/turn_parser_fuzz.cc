@@ -1,4 +1,4 @@
-// The output parser (core/tools/turn_parser.h) on arbitrary replies, under four output specs
+// The output parser (core/text/tools/turn_parser.h) on arbitrary replies, under four output specs
 // (thinking on and off, no tools, tool_choice none). The input bytes are token ids: mostly the
 // four markers and pieces of the tags, some other specials and any text token, so that the
 // markup comes out nearly right, which is where the parser's states are. Invariants: nothing
@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/synth_tokenizer.h"
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/output_spec.h"
-#include "core/tools/turn_parser.h"
+#include "core/synth/synth_tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/output_spec.h"
+#include "core/text/tools/turn_parser.h"
 #include "nlohmann/json.hpp"
 
 namespace {

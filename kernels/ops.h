@@ -9,6 +9,12 @@
 
 namespace k3::kernels {
 
+// Rows per parallel task of a matrix product: enough work per task to amortise scheduling, fixed
+// so the split does not depend on the thread count (not that it could change a row's result).
+// Streamed pieces and compressed blocks of the trunk hold multiples of it, so they split into
+// the same tasks.
+inline constexpr size_t kMatMulRowsPerTask = 64;
+
 // SiTU betas of Kimi K3 (MODEL.md 2.6): the gate cap and the up cap.
 inline constexpr float kSituBeta1 = 4.0f;
 inline constexpr float kSituBeta2 = 25.0f;

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/sampler.h"
-#include "core/token_constraint.h"
+#include "core/model/sampler.h"
+#include "core/model/token_constraint.h"
 #include "pipeline/engine.h"
 #include "pipeline/prompt_cache.h"
 
@@ -44,7 +44,7 @@ struct BatchRequest {
   // prompt again resumes it and runs one token for its logits).
   std::vector<int64_t> snapshot_at;
   bool keep_final_state = false;  // hand the final state over in BatchResult::state
-  // Constrained decoding (core/grammar/token_mask.h): masks each row of logits right before
+  // Constrained decoding (core/text/grammar/token_mask.h): masks each row of logits right before
   // sampling, and hears each sampled token. The logits the TokenFn sees are the masked ones.
   // Null: sampling is untouched.
   std::shared_ptr<TokenConstraint> constraint;

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/progress.h"
+#include "core/util/progress.h"
 
 namespace k3 {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/model.h"
-#include "core/progress.h"
-#include "core/trunk_pack.h"
+#include "core/util/progress.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "pipeline/cache/policy.h"
 #include "pipeline/context_plan.h"
 #include "pipeline/expert_stream.h"

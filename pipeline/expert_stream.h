@@ -36,7 +36,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/expert_provider.h"
 #include "core/model/weights.h"
 #include "io/read_engine.h"

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "core/trunk_codec.h"
+#include "core/checkpoint/trunk_codec.h"
 
 namespace k3 {
 

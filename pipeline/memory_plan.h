@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/weights.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/trunk_pack.h"
 
 namespace k3 {
 

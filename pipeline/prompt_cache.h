@@ -30,8 +30,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/checkpoint.h"
-#include "core/config.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/config.h"
 #include "core/model/sequence_state.h"
 #include "pipeline/prompt_cache_file.h"
 

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "core/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 #include "pipeline/prompt_cache.h"
 
 namespace k3 {

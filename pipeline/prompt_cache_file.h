@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 #include "core/model/sequence_state.h"
 #include "io/file.h"
 

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
 #include "core/model/weights.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
 #include "pipeline/busy_clock.h"

@@ -12,7 +12,7 @@
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/run_report.h"
-#include "core/median.h"
+#include "core/util/median.h"
 #include "pipeline/batch_scheduler.h"
 
 namespace k3::cli::bench {

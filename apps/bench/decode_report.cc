@@ -9,7 +9,7 @@
 #include "apps/bench/decode_bench.h"
 #include "apps/flags.h"
 #include "apps/tables.h"
-#include "core/median.h"
+#include "core/util/median.h"
 #include "io/file.h"
 
 namespace k3::cli::bench {

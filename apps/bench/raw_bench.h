@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
-#include "core/median.h"  // the medians of a Row (and of the decode benchmark's runs)
+#include "core/checkpoint/checkpoint.h"
+#include "core/util/median.h"  // the medians of a Row (and of the decode benchmark's runs)
 #include "io/storage_profile.h"
 #include "nlohmann/json.hpp"
 

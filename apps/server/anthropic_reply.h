@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tools/turn_parser.h"
+#include "core/text/tools/turn_parser.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::server {

@@ -9,9 +9,9 @@
 #include "apps/server/follower.h"
 #include "apps/server/http_internal.h"
 #include "apps/server/http_server.h"
-#include "core/chat_template.h"
-#include "core/grammar/token_mask.h"
-#include "core/tools/reply_constraint.h"
+#include "core/text/chat_template.h"
+#include "core/text/grammar/token_mask.h"
+#include "core/text/tools/reply_constraint.h"
 #include "httplib.h"
 
 namespace k3::server {
@@ -140,7 +140,7 @@ json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<Tok
 }  // namespace
 
 // With tools or a JSON response format, every token of the reply is sampled under the turn's
-// grammar (core/grammar), so that what comes back parses and validates; a thinking budget closes
+// grammar (core/text/grammar), so that what comes back parses and validates; a thinking budget closes
 // the think channel after its tokens.
 std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
                                               BatchRequest& batch) const {

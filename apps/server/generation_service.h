@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/logprobs.h"
+#include "core/model/logprobs.h"
 #include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
 #include "pipeline/prompt_cache.h"

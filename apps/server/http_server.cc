@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "apps/server/anthropic_request.h"
 #include "apps/server/http_internal.h"
-#include "core/grammar/token_mask.h"
+#include "core/text/grammar/token_mask.h"
 #include "httplib.h"
 
 namespace k3::server {

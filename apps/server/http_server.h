@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "apps/server/generation_service.h"
 #include "apps/server/openai_request.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 
 namespace httplib {
 class Server;
@@ -67,7 +67,7 @@ class HttpServer {
   // Renders, constrains and submits a parsed request of either API.
   std::optional<ApiError> Submit(const CompletionRequest& r, Submission& out);
   std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
-  // The reply's constraints (core/tools/reply_constraint.h).
+  // The reply's constraints (core/text/tools/reply_constraint.h).
   std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;
   absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> Trie() const;
   std::string Metrics() const;

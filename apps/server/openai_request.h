@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/chat_template.h"
-#include "core/sampler.h"
-#include "core/tools/output_spec.h"
+#include "core/text/chat_template.h"
+#include "core/model/sampler.h"
+#include "core/text/tools/output_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::server {

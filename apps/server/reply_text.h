@@ -1,6 +1,6 @@
 // The text of a reply as the OpenAI API returns it, built token by token: for a chat, the
 // response channel as `content`, the think channel as `reasoning_content` and the tools block as
-// `tool_calls` (core/tools/turn_parser.h); for a completion, the bytes of the tokens. Stop ids
+// `tool_calls` (core/text/tools/turn_parser.h); for a completion, the bytes of the tokens. Stop ids
 // add no text. The request's stop strings cut the content before the first of them; content
 // that could still turn out to begin one is held back, so a stream never shows what the whole
 // answer leaves out.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/output_spec.h"
-#include "core/tools/turn_parser.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/output_spec.h"
+#include "core/text/tools/turn_parser.h"
 
 namespace k3::server {
 

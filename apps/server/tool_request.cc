@@ -1,7 +1,7 @@
 #include "apps/server/tool_request.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/grammar/json_schema.h"
+#include "core/text/grammar/json_schema.h"
 
 namespace k3::server {
 namespace {

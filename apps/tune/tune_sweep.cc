@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "apps/bench/decode_bench.h"
-#include "core/median.h"
-#include "core/progress.h"
+#include "core/util/median.h"
+#include "core/util/progress.h"
 
 namespace k3::cli::tune {
 namespace {

@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
-#include "core/median.h"
-#include "core/proc_fields.h"
-#include "core/progress.h"
-#include "core/synth.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/util/median.h"
+#include "core/util/proc_fields.h"
+#include "core/util/progress.h"
+#include "core/synth/synth.h"
 
 namespace k3 {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/grammar/token_mask.h"
-#include "core/synth.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/grammar/token_mask.h"
+#include "core/synth/synth.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "pipeline/engine.h"
 
 namespace k3::grammar {

@@ -32,7 +32,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/trunk_codec.h"
+#include "core/checkpoint/trunk_codec.h"
 #include "kernels/bf16.h"
 #include "kernels/bf16_codec.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tokenizer/pretokenizer.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/pretokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/tokenizer/test_vocab.h"
 

@@ -9,7 +9,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "kernels/mxfp4.h"
 
 namespace k3 {

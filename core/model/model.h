@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 #include "core/model/expert_provider.h"
 #include "core/model/sequence_state.h"
 #include "core/model/weights.h"

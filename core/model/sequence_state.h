@@ -12,7 +12,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 
 namespace k3 {
 

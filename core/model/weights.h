@@ -11,15 +11,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "io/aligned_buffer.h"
+#include "kernels/ops.h"
 
 namespace k3 {
 
-// Rows per parallel task of a product: enough work per task to amortise scheduling, fixed so the
-// split does not depend on the thread count (not that it could change a row's result). Streamed
-// pieces and compressed blocks hold multiples of it, so they split into the same tasks.
-inline constexpr size_t kMatMulRowsPerTask = 64;
+using kernels::kMatMulRowsPerTask;
 
 class PieceSource;
 

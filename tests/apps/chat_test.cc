@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
-#include "core/chat_template.h"
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/turn_parser.h"
+#include "core/text/chat_template.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/turn_parser.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/temp_dir.h"
@@ -71,7 +71,7 @@ class ChatTest : public ::testing::Test {
 
   // What must close a reply before the next message: the last token when the reply did not
   // end at a stop token (it was shown but never run), then what closes the channels and the
-  // message the reply left open (core/tools/turn_parser.h), ending <|close|>message<|sep|>
+  // message the reply left open (core/text/tools/turn_parser.h), ending <|close|>message<|sep|>
   // <|end_of_msg|>.
   Ids Closing(const Ids& reply) {
     auto tok = Tokenizer::Load(Model());

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <regex>
 
-#include "core/chat_template.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/chat_template.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/apps/serve_harness.h"
 #include "tests/util/run_k3.h"

@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "tests/apps/serve_harness.h"
 
 namespace k3 {

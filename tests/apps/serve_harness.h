@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/source_path.h"

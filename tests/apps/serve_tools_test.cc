@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/chat_template.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/chat_template.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "tests/apps/serve_harness.h"
 
 namespace k3 {
@@ -153,7 +153,7 @@ TEST_F(ServeToolsTest, ACallItsResultAndTheNextTurnRenderTheExactTokens) {
   ASSERT_EQ(second.size(), 1u);
   ASSERT_TRUE(second[0].value("ok", false)) << second[0].dump();
 
-  // The renderer's tokens for the same conversation (core/chat_template.h, tested against the
+  // The renderer's tokens for the same conversation (core/text/chat_template.h, tested against the
   // release's own ids in tests/model/chat_template_test.cc).
   auto tok = Tokenizer::Load(*dir_ / "m");
   ASSERT_TRUE(tok.ok());

@@ -1,4 +1,4 @@
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/permute_experts.h"

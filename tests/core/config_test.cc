@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

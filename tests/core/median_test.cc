@@ -1,4 +1,4 @@
-#include "core/median.h"
+#include "core/util/median.h"
 
 #include <gtest/gtest.h>
 

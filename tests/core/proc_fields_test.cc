@@ -1,4 +1,4 @@
-#include "core/proc_fields.h"
+#include "core/util/proc_fields.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/json_reader.h"
+#include "core/checkpoint/json_reader.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"

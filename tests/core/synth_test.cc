@@ -1,4 +1,4 @@
-#include "core/synth.h"
+#include "core/synth/synth.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
-#include "core/checkpoint.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"

@@ -1,6 +1,6 @@
 // The compressed trunk pack (`k3 pack --codec bf16-e3`): what it stores, that it verifies, and
 // that every kind of damage is refused with the file and offset named.
-#include "core/trunk_codec.h"
+#include "core/checkpoint/trunk_codec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor_names.h"
+#include "core/checkpoint/tensor_names.h"
 #include "tests/core/trunk_pack_fixture.h"
 
 namespace k3 {

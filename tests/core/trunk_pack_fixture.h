@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "core/checkpoint.h"
-#include "core/synth.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/synth/synth.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"

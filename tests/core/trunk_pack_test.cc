@@ -1,4 +1,4 @@
-#include "core/trunk_pack.h"
+#include "core/checkpoint/trunk_pack.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "tests/core/trunk_pack_fixture.h"

@@ -7,8 +7,8 @@
 #include <limits>
 #include <string>
 
-#include "core/grammar/token_mask.h"
-#include "core/tools/turn_parser.h"
+#include "core/text/grammar/token_mask.h"
+#include "core/text/tools/turn_parser.h"
 #include "pipeline/batch_scheduler.h"
 #include "tests/grammar/grammar_test_util.h"
 #include "tests/util/tiny_model.h"

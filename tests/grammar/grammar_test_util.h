@@ -10,13 +10,13 @@
 #include <string_view>
 #include <vector>
 
-#include "core/grammar/grammar.h"
-#include "core/grammar/matcher.h"
-#include "core/grammar/output_grammar.h"
-#include "core/grammar/token_mask.h"
-#include "core/synth.h"
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/output_spec.h"
+#include "core/text/grammar/grammar.h"
+#include "core/text/grammar/matcher.h"
+#include "core/text/grammar/output_grammar.h"
+#include "core/text/grammar/token_mask.h"
+#include "core/synth/synth.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/output_spec.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3::grammar::testing {

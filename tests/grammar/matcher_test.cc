@@ -1,10 +1,10 @@
-// The pushdown matcher (core/grammar/matcher.h) and the JSON-schema rules (json_schema.h): what
+// The pushdown matcher (core/text/grammar/matcher.h) and the JSON-schema rules (json_schema.h): what
 // grammars accept and refuse, repetition bounds, empty loops, bounded stacks, Compact; the
 // schema checks' messages.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/grammar/json_schema.h"
+#include "core/text/grammar/json_schema.h"
 #include "tests/grammar/grammar_test_util.h"
 
 namespace k3::grammar {

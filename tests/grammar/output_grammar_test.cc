@@ -1,4 +1,4 @@
-// The turn grammar (core/grammar/output_grammar.h) on hand-written outputs: TOOLS.md example E
+// The turn grammar (core/text/grammar/output_grammar.h) on hand-written outputs: TOOLS.md example E
 // and its variants under each tool choice, thinking on and off, JSON responses, non-strict
 // tools, attribute escaping; the spec checks.
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// GrammarConstraint's token budget (core/grammar/token_mask.h) on the demo vocabulary: walks
+// GrammarConstraint's token budget (core/text/grammar/token_mask.h) on the demo vocabulary: walks
 // whose logits favour free text far above the markers, which without a budget would not end,
 // end with <|end_of_msg|> within every budget from the shortest turn up, and their calls and
 // JSON validate; with ample slack, or a budget the turn cannot meet, the masks are the

@@ -1,4 +1,4 @@
-// Token masking (core/grammar/token_mask.h) on the demo vocabulary: example E's ids pass the
+// Token masking (core/text/grammar/token_mask.h) on the demo vocabulary: example E's ids pass the
 // mask token by token; random walks that sample only allowed tokens always end in a valid turn
 // whose calls and JSON validate against their schemas; Mask equals a per-token simulation
 // without the trie; a forbidden token stops the constraint without harm.

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/grammar/grammar.h"
-#include "core/grammar/token_mask.h"
+#include "core/text/grammar/grammar.h"
+#include "core/text/grammar/token_mask.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::grammar::testing {

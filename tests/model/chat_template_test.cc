@@ -1,6 +1,6 @@
 // The chat renderer against ../shared/spec/TOOLS.md: examples A-D as text and segments, and
 // examples A and B as the release tokenizer's own ids, recorded there.
-#include "core/chat_template.h"
+#include "core/text/chat_template.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {

@@ -1,5 +1,5 @@
 // Log probabilities against a plain log-softmax, the top ids in order, masked ids left out.
-#include "core/logprobs.h"
+#include "core/model/logprobs.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
 #include "tests/util/tiny_model.h"
 

@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/checkpoint.h"
-#include "core/synth.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/synth/synth.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/source_path.h"

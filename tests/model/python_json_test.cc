@@ -1,5 +1,5 @@
 // JSON as the reference renderer's Python writes and reads it (TOOLS.md sections 4 and 5).
-#include "core/tools/python_json.h"
+#include "core/text/tools/python_json.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/sampler.h"
+#include "core/model/sampler.h"
 
 #include <gtest/gtest.h>
 

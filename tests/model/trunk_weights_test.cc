@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/weights.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"
 

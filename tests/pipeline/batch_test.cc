@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "pipeline/batch_scheduler.h"
 #include "tests/util/pairwise.h"
 #include "tests/util/temp_dir.h"

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan.h"
 #include "tests/pipeline/engine_run.h"

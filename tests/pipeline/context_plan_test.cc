@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "pipeline/engine.h"
 #include "tests/pipeline/engine_run.h"
 #include "tests/util/tiny_model.h"

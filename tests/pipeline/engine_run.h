@@ -13,10 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
-#include "core/trunk_codec.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/trunk_codec.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/prompt_cache.h"

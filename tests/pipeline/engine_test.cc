@@ -17,10 +17,10 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
-#include "core/synth.h"
-#include "core/trunk_pack.h"
+#include "core/synth/synth.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "tests/pipeline/engine_run.h"
 #include "tests/util/pairwise.h"
 #include "tests/util/permute_experts.h"

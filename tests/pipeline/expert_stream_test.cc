@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/weights.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "io/aligned_buffer.h"
 #include "pipeline/memory_plan.h"
 #include "tests/util/temp_dir.h"

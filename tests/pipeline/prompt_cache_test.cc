@@ -21,8 +21,8 @@
 #include <random>
 #include <thread>
 
-#include "core/checkpoint.h"
-#include "core/synth.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/synth/synth.h"
 #include "tests/util/temp_dir.h"
 
 namespace k3 {

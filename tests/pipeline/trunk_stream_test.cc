@@ -7,9 +7,9 @@
 
 #include <cstring>
 
-#include "core/checkpoint.h"
-#include "core/trunk_codec.h"
-#include "core/trunk_pack.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/trunk_codec.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "io/read_engine.h"
 #include "pipeline/memory_plan.h"
 #include "tests/util/temp_dir.h"

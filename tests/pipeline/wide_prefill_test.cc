@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "pipeline/engine.h"
 #include "tests/pipeline/engine_run.h"
 #include "tests/util/temp_dir.h"

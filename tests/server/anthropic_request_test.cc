@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/server/anthropic_reply.h"
-#include "core/chat_template.h"
+#include "core/text/chat_template.h"
 
 namespace k3::server {
 namespace {

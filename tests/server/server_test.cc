@@ -9,8 +9,8 @@
 #include "apps/server/generation_service.h"
 #include "apps/server/openai_request.h"
 #include "apps/server/reply_text.h"
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/turn_parser.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/turn_parser.h"
 #include "tests/util/tiny_model.h"
 
 namespace k3::server {

@@ -1,4 +1,4 @@
-#include "core/tokenizer/bpe.h"
+#include "core/text/tokenizer/bpe.h"
 
 #include <chrono>
 #include <deque>

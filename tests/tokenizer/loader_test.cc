@@ -2,8 +2,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tokenizer/tiktoken_file.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tiktoken_file.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/tokenizer/test_vocab.h"
 

@@ -1,10 +1,10 @@
-#include "core/tokenizer/pretokenizer.h"
+#include "core/text/tokenizer/pretokenizer.h"
 
 #include <chrono>
 #include <string>
 #include <vector>
 
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/tokenizer/test_vocab.h"
 

@@ -1,6 +1,6 @@
 // The tokenizer end to end, on a generated vocabulary with Kimi's layout (163,584 ranks, the K3
 // special tokens at 163584..163839) so that MODEL.md 4.4's special-token vectors apply verbatim.
-#include "core/tokenizer/tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
 
 #include <chrono>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "core/tokenizer/unicode.h"
+#include "core/text/tokenizer/unicode.h"
 
 #include <string>
 #include <vector>

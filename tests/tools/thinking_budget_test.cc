@@ -1,10 +1,10 @@
 // The thinking budget: the think channel holds at most N tokens, then the reply closes it and
 // opens the response, under a grammar too, and the parse of the reply shows the answer after it.
-#include "core/tools/thinking_budget.h"
+#include "core/text/tools/thinking_budget.h"
 
 #include <random>
 
-#include "core/grammar/token_mask.h"
+#include "core/text/grammar/token_mask.h"
 #include "tests/tools/turn_fixture.h"
 
 namespace k3 {

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/synth_tokenizer.h"
-#include "core/tokenizer/tokenizer.h"
-#include "core/tools/output_spec.h"
-#include "core/tools/turn_parser.h"
+#include "core/synth/synth_tokenizer.h"
+#include "core/text/tokenizer/tokenizer.h"
+#include "core/text/tools/output_spec.h"
+#include "core/text/tools/turn_parser.h"
 
 namespace k3::testing {
 

@@ -1,7 +1,7 @@
 // The output parser on whole replies (TOOLS.md section 10): channels, calls and their arguments,
 // recovery and rejection. Every reply is parsed twice, split by BPE and a byte a token, and the
 // streamed deltas must add up to the result.
-#include "core/tools/turn_parser.h"
+#include "core/text/tools/turn_parser.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/tools/turn_parser.h"
+#include "core/text/tools/turn_parser.h"
 #include "tests/tools/turn_fixture.h"
 
 namespace k3 {

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/synth.h"
+#include "core/synth/synth.h"
 #include "tests/util/model_cache.h"
 #include "tests/util/temp_dir.h"
 
