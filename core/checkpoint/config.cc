@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include "core/checkpoint/config.h"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/problem_list.h"
+#include "core/util/problem_list.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 

@@ -10,7 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "core/numeric.h"
+#include "core/util/numeric.h"
 #include "kernels/bf16.h"
 #include "kernels/model_ops.h"
 #include "kernels/ops.h"
