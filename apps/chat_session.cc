@@ -146,7 +146,7 @@ absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head
 // The reply's constraints: with tools, the turn's grammar (a forced call ends whole within
 // --n-predict and the context); with --reasoning-budget, the think channel's limit.
 absl::Status ChatSession::Constrain(BatchRequest& request, int64_t position) const {
-  const int64_t room = engine_.options().max_context - 1 - position;
+  const int64_t room = engine_.max_context() - 1 - position;
   auto constraint =
       MakeReplyConstraint(tok_, settings_.output, settings_.trie,
                           std::min<int64_t>(settings_.n_predict, room), settings_.reasoning_budget);
@@ -159,7 +159,7 @@ absl::Status ChatSession::Exchange(const std::vector<ChatMessage>& messages, boo
                                    RunReport& report, TurnResult& result) {
   auto fed = NewTokens(messages);
   if (!fed.ok()) return fed.status();
-  const int64_t max_context = engine_.options().max_context;
+  const int64_t max_context = engine_.max_context();
   if (state_.position() + static_cast<int64_t>(fed->size()) >= max_context) {
     return absl::ResourceExhaustedError(absl::StrCat("the conversation would pass --max-context ",
                                                      max_context, " (", state_.position(),
@@ -261,10 +261,10 @@ absl::Status ChatSession::LoadHistory(const std::string& path, std::vector<int32
       ParseChatHistory(*text, path, engine_.config().Fingerprint(), engine_.config().vocab_size);
   if (!h.ok()) return h.status();
   tokens = std::move(h->tokens);
-  if (static_cast<int64_t>(tokens.size()) > engine_.options().max_context) {
+  if (static_cast<int64_t>(tokens.size()) > engine_.max_context()) {
     return absl::FailedPreconditionError(absl::StrCat("--history ", path, ": ", tokens.size(),
                                                       " tokens exceed --max-context ",
-                                                      engine_.options().max_context));
+                                                      engine_.max_context()));
   }
   messages_ = std::move(h->messages);
   return absl::OkStatus();

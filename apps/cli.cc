@@ -14,6 +14,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/settings_file.h"
 
@@ -122,7 +123,10 @@ void PrintHelp(const Subcommand& sub) {
     if ((use.commands & sub.id) == 0) continue;
     if (std::exchange(first, false)) std::printf("\nflags:\n");
     const absl::CommandLineFlag& flag = *use.flag;
-    const std::string def = flag.DefaultValue();
+    std::string def = flag.DefaultValue();
+    // k3 bench and k3 tune sweep the lists, each with its own default list (their --help says).
+    if (def.empty() && (sub.id & (kBench | kTune)) == 0)
+      def = EngineListFlagDefault(TypedName(flag));
     const std::string shown =
         def.empty() || flag.IsOfType<bool>() ? "" : absl::StrCat(" (default: ", def, ")");
     std::printf("  --%-22s %s%s\n", TypedName(flag).c_str(), flag.Help().c_str(), shown.c_str());

@@ -198,7 +198,7 @@ void CheckMachine(Findings& f, uint64_t available) {
 // The largest preset whose budget fits in the RAM available now; "" when not even the minimum
 // (preset ultra) does.
 std::string RecommendPreset(Findings& f, const Checkpoint& ckpt, uint64_t available) {
-  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, /*prefill_chunk=*/64);
+  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, kSmallPrefillChunk);
   std::string best;
   uint64_t best_budget = 0, minimum = 0;
   for (const std::string& name : MemoryPresetNames()) {

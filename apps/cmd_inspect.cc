@@ -117,7 +117,7 @@ double DiskRate(const Checkpoint& ckpt, std::string& note) {
 // chunk (the sizes of k3 generate without flags), and what a decode token would read and take
 // at the disk's rate; "auto" scales from the RAM available now.
 void PrintPresets(const Checkpoint& ckpt) {
-  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, /*prefill_chunk=*/64);
+  const ModelFootprint fp = MeasureFootprint(ckpt, /*max_context=*/4096, kSmallPrefillChunk);
   const uint64_t available = AvailableRamBytes();
   std::string rate_note;
   const double rate = DiskRate(ckpt, rate_note);
@@ -140,11 +140,11 @@ void PrintPresets(const Checkpoint& ckpt) {
                 rate > 0 ? absl::StrFormat("%.2f", reads.total_bytes() / rate).c_str() : "-");
   }
   std::printf(
-      "(auto: 70%% of the %s available now; max context 4096, prefill chunk 64)\n"
+      "(auto: 70%% of the %s available now; max context 4096, prefill chunk %d)\n"
       "GB/token: the streamed trunk and the experts the cache misses (its hit rate taken as the\n"
       "share of experts it holds); s/token: those bytes at the disk rate, a decode step's I/O "
       "floor\ndisk rate: %s\n",
-      FormatBytes(static_cast<double>(available)).c_str(), rate_note.c_str());
+      FormatBytes(static_cast<double>(available)).c_str(), kSmallPrefillChunk, rate_note.c_str());
 }
 
 int RunInspect(const std::vector<std::string>& positional) {

@@ -80,6 +80,14 @@ absl::StatusOr<int> OneInt(std::string_view flag, const std::vector<std::string>
 
 }  // namespace
 
+std::string EngineListFlagDefault(std::string_view typed_name) {
+  const EngineOptions defaults;
+  if (typed_name == "queue-depth") return absl::StrCat(defaults.queue_depth);
+  if (typed_name == "prefetch-distance") return absl::StrCat(defaults.prefetch_distance);
+  if (typed_name == "storage-profile") return defaults.storage_profile;
+  return "";
+}
+
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   EngineOptions o;
   o.trunk_dir = absl::GetFlag(FLAGS_trunk);
@@ -157,10 +165,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   auto dir = ModelDirFromFlags();
   if (!dir.ok()) return dir.status();
   o->model_dir = *dir;
-  auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), 32, 1, 4096);
+  auto qd = OneInt("queue-depth", absl::GetFlag(FLAGS_queue_depth), o->queue_depth, 1, 4096);
   if (!qd.ok()) return qd.status();
   o->queue_depth = *qd;
-  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance), 0, 0, 64);
+  auto dist = OneInt("prefetch-distance", absl::GetFlag(FLAGS_prefetch_distance),
+                     o->prefetch_distance, 0, 64);
   if (!dist.ok()) return dist.status();
   o->prefetch_distance = *dist;
   // The flag library splits at commas, so "lat=2ms,bw=1GB/s" arrives in two parts: one profile

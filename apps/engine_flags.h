@@ -21,6 +21,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 // prefetch distance, storage profile), read and checked; K3_FAULTS applied.
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags();
 
+// The default --help shows for an engine flag that is a list a command may sweep (--queue-depth,
+// --prefetch-distance, --storage-profile): its own default is empty, so that a sweep knows it
+// was not given, and the value a single run takes is EngineOptions'. "" for any other flag.
+std::string EngineListFlagDefault(std::string_view typed_name);
+
 // Where k3 keeps what it makes for the user: $XDG_CACHE_HOME/k3, else ~/.cache/k3.
 std::string UserCacheDir();
 

@@ -6,9 +6,25 @@
 #include <algorithm>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "pipeline/cache/policy.h"
 #include "pipeline/cache/replay.h"
+#include "pipeline/engine.h"
+
+namespace {
+
+// The engine's flags take their defaults from EngineOptions, the one place they are written
+// (--help shows them; FlagsTest checks each against it).
+const k3::EngineOptions& EngineDefaults() {
+  static const k3::EngineOptions options;
+  return options;
+}
+
+// A count whose 0 means "auto", as its flag spells it.
+std::string AutoOr(int64_t n) { return n == 0 ? "auto" : absl::StrCat(n); }
+
+}  // namespace
 
 // The model and the memory budget: every command that runs the engine.
 ABSL_FLAG(std::string, model, "", "Model directory (config.json and safetensors shards).");
@@ -16,13 +32,16 @@ ABSL_FLAG(
     std::string, preset, "",
     "k3 synth: the model shape (tiny, demo, bench, slice or full; default tiny). Elsewhere: the "
     "memory preset (ultra, laptop, desktop, workstation, server, max, auto; default auto).");
-ABSL_FLAG(double, ram_gb, 0,
+ABSL_FLAG(double, ram_gb, EngineDefaults().memory.ram_gb,
           "RAM budget in GB for the whole engine (trunk, expert cache, state, buffers); output "
           "is the same at any budget, only speed changes.");
-ABSL_FLAG(double, trunk_gb, 0, "Explicit split: GB of pinned trunk (with --cache-gb).");
-ABSL_FLAG(double, cache_gb, 0, "Explicit split: GB of expert cache (with --trunk-gb).");
-ABSL_FLAG(std::string, trunk, "", "Directory of a packed trunk (`k3 pack`) to stream from.");
-ABSL_FLAG(std::string, max_context, "auto",
+ABSL_FLAG(double, trunk_gb, EngineDefaults().memory.trunk_gb,
+          "Explicit split: GB of pinned trunk (with --cache-gb).");
+ABSL_FLAG(double, cache_gb, EngineDefaults().memory.cache_gb,
+          "Explicit split: GB of expert cache (with --trunk-gb).");
+ABSL_FLAG(std::string, trunk, EngineDefaults().trunk_dir,
+          "Directory of a packed trunk (`k3 pack`) to stream from.");
+ABSL_FLAG(std::string, max_context, AutoOr(EngineDefaults().max_context),
           "Tokens of context a sequence, N or auto: the most whose state for every sequence "
           "planned takes a quarter of the budget, up to the model's limit (1M for Kimi K3); the "
           "plan says which, and warns below 32768.");
@@ -30,21 +49,21 @@ ABSL_FLAG(std::string, settings, "",
           "A settings file (`k3 tune --out`): its flags apply unless given on the command line.");
 
 // How the engine reads and computes: speed only, never the tokens.
-ABSL_FLAG(
-    std::vector<std::string>, queue_depth, {},
-    "io_uring queue depth: reads kept in flight (default 32; a list where a command sweeps it).");
+ABSL_FLAG(std::vector<std::string>, queue_depth, {},
+          "io_uring queue depth: reads kept in flight (a list where a command sweeps it).");
 ABSL_FLAG(std::vector<std::string>, storage_profile, {},
           "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
           "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");
 ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
           "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
-          "their experts are prefetched (0 = off, the default: see docs/PERFORMANCE.md; a list "
-          "where a command sweeps it).");
-ABSL_FLAG(int32_t, prefetch_width, 0, "Experts predicted per lookahead layer (0 = the top-k).");
-ABSL_FLAG(int32_t, prefill_prefetch_distance, 1,
+          "their experts are prefetched (0 = off: see docs/PERFORMANCE.md; a list where a "
+          "command sweeps it).");
+ABSL_FLAG(int32_t, prefetch_width, EngineDefaults().prefetch_width,
+          "Experts predicted per lookahead layer (0 = the top-k).");
+ABSL_FLAG(int32_t, prefill_prefetch_distance, EngineDefaults().prefill_prefetch_distance,
           "Layers of lookahead while the prompt is processed (prefill multiplies many tokens per "
           "expert, so the next layer's reads hide behind that compute; 0 = off).");
-ABSL_FLAG(int32_t, threads, 0, "Compute threads (0 = one per core).");
+ABSL_FLAG(int32_t, threads, EngineDefaults().threads, "Compute threads (0 = one per core).");
 ABSL_FLAG(std::string, prompt_cache, "",
           "Directory that keeps prompt states across runs: a prompt that extends a cached one "
           "runs only the tokens after it (docs/PROMPT-CACHE.md). Default: none for generate and "
@@ -52,17 +71,21 @@ ABSL_FLAG(std::string, prompt_cache, "",
           "none: off.");
 ABSL_FLAG(double, prompt_cache_gb, 20,
           "The most GB --prompt-cache keeps on disk; the least recently used states go first.");
-ABSL_FLAG(std::string, prefill_chunk, "auto",
+ABSL_FLAG(std::string, prefill_chunk, AutoOr(EngineDefaults().prefill_chunk),
           "Prompt tokens run through each layer together, N or auto: the most whose activations "
           "take a quarter of the budget (at most --max-context); the plan says which. A chunk "
           "reads the streamed trunk and each expert it touches once.");
-ABSL_FLAG(double, ring_piece_mb, 0,
-          "Trunk ring: MB of a piece, the most of one matrix's rows read and multiplied at once "
-          "where the trunk streams (0 = 32 MiB, or less for smaller matrices).");
-ABSL_FLAG(int32_t, ring_slots, 0, "Trunk ring: pieces in memory at once, >= 2 (0 = 4).");
-ABSL_FLAG(std::string, cache_policy, "",
-          "Expert cache replacement policy (default: layer-reuse; see k3 cache-sim --help).");
-ABSL_FLAG(bool, no_overlap, false,
+ABSL_FLAG(double, ring_piece_mb, static_cast<double>(EngineDefaults().ring_piece_bytes) / (1 << 20),
+          absl::StrCat("Trunk ring: MB of a piece, the most of one matrix's rows read and "
+                       "multiplied at once where the trunk streams (0 = ",
+                       k3::kDefaultPieceBytes >> 20, " MiB, or less for smaller matrices)."));
+ABSL_FLAG(int32_t, ring_slots, EngineDefaults().ring_slots,
+          absl::StrCat("Trunk ring: pieces in memory at once, >= 2 (0 = ", k3::kDefaultRingSlots,
+                       ")."));
+ABSL_FLAG(std::string, cache_policy, EngineDefaults().cache_policy,
+          absl::StrCat("Expert cache replacement policy (empty: ", std::string(k3::kDefaultPolicy),
+                       "; see k3 cache-sim --help)."));
+ABSL_FLAG(bool, no_overlap, !EngineDefaults().overlap,
           "Serial baseline: read all of a layer's experts, then compute; no lookahead. Same "
           "output, for A/B measurements.");
 

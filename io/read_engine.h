@@ -83,9 +83,12 @@ struct LoggedRead {
 
 enum class Backend { kAuto, kUring, kPread };
 
+// Reads in flight when nothing else is asked (`--queue-depth`; k3 bench and k3 tune sweep it).
+inline constexpr int kDefaultQueueDepth = 32;
+
 struct ReadEngineOptions {
   // Requests (whole reads: one expert, one trunk tensor) in flight at once.
-  int queue_depth = 32;
+  int queue_depth = kDefaultQueueDepth;
   // Reads are split into chunks of this size (a multiple of 4 KiB), issued as separate
   // operations: a demand read waits for at most one chunk of a prefetch rather than all of it,
   // and a short read or an error costs one chunk. 4 MiB is the largest single request of common

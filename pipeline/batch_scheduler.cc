@@ -283,7 +283,7 @@ absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
   BatchScheduler scheduler(engine,
                            {.batch = 1,
                             .prefill_tokens_per_step = static_cast<int>(engine.prefill_chunk()),
-                            .max_context = engine.options().max_context});
+                            .max_context = engine.max_context()});
   if (auto added = scheduler.Add(std::move(request)); !added.ok()) return added.status();
   StepMetrics since;  // the steps since the last token
   scheduler.set_step_fn([&](const StepMetrics& step) { since.Add(step); });

@@ -10,11 +10,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "core/model/model.h"
 #include "core/util/progress.h"
-#include "core/checkpoint/trunk_pack.h"
 #include "pipeline/cache/policy.h"
-#include "pipeline/context_plan.h"
 #include "pipeline/expert_stream.h"
 #include "pipeline/held_trunk.h"
 #include "pipeline/trunk_stream.h"
@@ -24,18 +23,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The refusal of more sequences than the budget holds, naming the most it holds. With the
-// automatic context the context is already the least (one token), so a smaller one is no way out.
-absl::Status TooManySequences(const EngineOptions& o, bool auto_context, int asked, int fits,
-                              uint64_t state_bytes) {
-  const bool batch = o.sequences_source.empty();
-  return absl::InvalidArgumentError(absl::StrCat(
-      batch ? absl::StrCat("--batch ", asked) : o.sequences_source, ": the budget holds at most ",
-      fits, fits == 1 ? " sequence" : " sequences", " (each needs ",
-      FormatBytes(static_cast<double>(state_bytes)), " of state at ",
-      auto_context ? "the least context, 1 token" : absl::StrCat("--max-context ", o.max_context),
-      "); use ", batch ? absl::StrCat("--batch ", fits) : "fewer",
-      auto_context ? " or a larger budget" : ", a larger budget or a smaller --max-context"));
+// What the options ask of the run's plan.
+RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
+  return {.memory = o.memory,
+          .max_context = o.max_context,
+          .prefill_chunk = o.prefill_chunk,
+          .sequences = o.sequences,
+          .min_sequences = o.min_sequences,
+          .max_sequences = o.max_sequences,
+          .sequences_source = o.sequences_source,
+          .ring = {.piece_bytes = o.ring_piece_bytes,
+                   .slots = o.ring_slots,
+                   .pack = pack,
+                   .threads = o.threads}};
 }
 
 }  // namespace
@@ -53,9 +53,8 @@ struct Engine::Parts {
   }
 
   absl::Status Init(const EngineOptions& options);
-  absl::Status OpenReads(const ModelFootprint& footprint);
+  absl::Status OpenReads();
   absl::Status LoadPinnedTrunk();
-  void GrowPrefillChunk(const ModelFootprint& small, const RingOptions& ring, uint64_t ram);
 
   // Every file the engine reads: the shards, and the trunk pack when there is one.
   std::vector<io::FileId> FileIds() const {
@@ -87,12 +86,11 @@ struct Engine::Parts {
     return s;
   }
 
-  EngineOptions options;
+  EngineOptions options;  // as given
   std::unique_ptr<Checkpoint> ckpt;
   std::unique_ptr<TrunkPack> pack;
-  MemoryPlan plan;
-  int holds = 0;  // sequences the budget holds, up to kMaxSequences
-  std::string context_warning;
+  RunPlan run;
+  const MemoryPlan& plan = run.memory;
   int threads = 0;
   int prefetch_width = 0;
   uint64_t prefetch_cap = 0;
@@ -124,10 +122,10 @@ const MemoryPlan& Engine::plan() const { return parts_->plan; }
 const EngineOptions& Engine::options() const { return parts_->options; }
 int Engine::sequences() const { return parts_->plan.sequences; }
 int64_t Engine::prefill_chunk() const { return parts_->plan.prefill_chunk; }
-int64_t Engine::max_context() const { return parts_->options.max_context; }
+int64_t Engine::max_context() const { return parts_->plan.context; }
 int64_t Engine::layers_run() const { return parts_->model->layers_run(); }
-const std::string& Engine::context_warning() const { return parts_->context_warning; }
-int Engine::sequences_budget_holds() const { return parts_->holds; }
+const std::string& Engine::context_warning() const { return parts_->run.context_warning; }
+int Engine::sequences_budget_holds() const { return parts_->run.sequences_budget_holds; }
 SequenceState Engine::NewState() const { return SequenceState(config()); }
 
 std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
@@ -172,7 +170,7 @@ nlohmann::json Engine::Settings() const {
           {"threads", parts_->threads},
           {"overlap", o.overlap},
           {"prefill_chunk", plan.prefill_chunk},
-          {"max_context", o.max_context},
+          {"max_context", plan.context},
           {"storage_profile", o.storage_profile},
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
@@ -251,14 +249,13 @@ absl::Status Engine::Parts::LoadPinnedTrunk() {
   return absl::OkStatus();
 }
 
-absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
+absl::Status Engine::Parts::OpenReads() {
   auto policy = MakePolicy(options.cache_policy.empty() ? kDefaultPolicy : options.cache_policy,
                            {.capacity = plan.cache_slots,
                             .num_layers = static_cast<int32_t>(ckpt->config().num_layers)});
   if (!policy.ok()) return policy.status();
   auto created = ExpertCache::Create(
-      {.budget_bytes = plan.cache_bytes, .slot_bytes = footprint.expert_slot_bytes},
-      *std::move(policy));
+      {.budget_bytes = plan.cache_bytes, .slot_bytes = run.expert_slot_bytes}, *std::move(policy));
   if (!created.ok()) return created.status();
   cache = *std::move(created);
   auto profile = io::ParseStorageProfile(options.storage_profile);
@@ -285,55 +282,8 @@ absl::Status Engine::Parts::OpenReads(const ModelFootprint& footprint) {
   return absl::OkStatus();
 }
 
-// `--prefill-chunk auto`: the plan made for small chunks, re-made for the largest chunk whose
-// activations take at most kAutoPrefillShare of the budget (and at most --max-context tokens),
-// halved while that plan does not fit in the same budget. A whole prompt in one chunk reads the
-// streamed trunk and each expert it touches once per layer, where chunks of 64 read them once per
-// chunk.
-void Engine::Parts::GrowPrefillChunk(const ModelFootprint& small, const RingOptions& ring,
-                                     uint64_t ram) {
-  // A budget that grows with what runs (preset ultra, the minimum; an explicit --trunk-gb and
-  // --cache-gb, to which the fixed parts are added) keeps the small chunks: auto takes memory
-  // from the budget, never adds to it.
-  const MemoryRequest& r = options.memory;
-  if (r.preset == "ultra" || r.trunk_gb > 0 || r.cache_gb > 0) {
-    plan.prefill_chunk_source =
-        absl::StrCat("auto: ", small.prefill_chunk, " with a budget that grows with what runs");
-    return;
-  }
-  const uint64_t per_token = std::max<uint64_t>(1, small.prefill_bytes_per_token);
-  const auto share =
-      static_cast<uint64_t>(kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
-  const int64_t cap = std::min(kMaxAutoPrefillChunk, options.max_context);
-  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(share / per_token), 1, cap);
-  for (int64_t chunk = most; chunk > small.prefill_chunk; chunk /= 2) {
-    const ModelFootprint f =
-        MeasureFootprint(*ckpt, options.max_context, chunk, ring).WithSequences(small.sequences);
-    auto planned = PlanMemory(f, options.memory, ram);
-    if (!planned.ok()) continue;
-    const uint64_t minimum = plan.minimum_bytes;  // the smallest budget runs small chunks
-    plan = *std::move(planned);
-    plan.minimum_bytes = minimum;
-    const std::string activations =
-        absl::StrCat("activations of ", FormatBytes(static_cast<double>(per_token)), " a token");
-    if (chunk < most) {
-      plan.prefill_chunk_source =
-          absl::StrCat("auto, halved from ", most, " until the plan fits (", activations, ")");
-    } else if (most == cap) {
-      plan.prefill_chunk_source =
-          absl::StrCat("auto, capped at ", cap == options.max_context ? "--max-context " : "", cap);
-    } else {
-      plan.prefill_chunk_source =
-          absl::StrCat("auto, the most whose ", activations, " take a quarter of the budget");
-    }
-    return;
-  }
-  plan.prefill_chunk_source = absl::StrCat("auto: no more than ", small.prefill_chunk,
-                                           " tokens' activations fit beside the model");
-}
-
-absl::Status Engine::Parts::Init(const EngineOptions& asked) {
-  options = asked;
+absl::Status Engine::Parts::Init(const EngineOptions& given) {
+  options = given;
   auto opened = Checkpoint::Open(options.model_dir);
   if (!opened.ok()) return opened.status();
   ckpt = *std::move(opened);
@@ -342,45 +292,13 @@ absl::Status Engine::Parts::Init(const EngineOptions& asked) {
     if (!packed.ok()) return packed.status();
     pack = *std::move(packed);
   }
-  const RingOptions ring{.piece_bytes = options.ring_piece_bytes,
-                         .slots = options.ring_slots,
-                         .pack = pack.get(),
-                         .threads = options.threads};
-  const bool auto_chunk = options.prefill_chunk == kAutoPrefillChunk;
-  const bool auto_context = options.max_context == kAutoMaxContext;
-  ModelFootprint one =
-      MeasureFootprint(*ckpt, auto_context ? 1 : options.max_context,
-                       auto_chunk ? kSmallPrefillChunk : options.prefill_chunk, ring);
-  const uint64_t ram = AvailableRamBytes();
-  const int least = options.sequences > 0 ? options.sequences : options.min_sequences;
-  if (options.sequences < 0 || least < 1) return absl::InvalidArgumentError("--batch must be >= 1");
-  std::optional<ContextChoice> context;
-  if (auto_context) {
-    context = ChooseContext(one, options.memory, ram, ckpt->config().max_position_embeddings, least,
-                            options.sequences > 0 ? least : options.max_sequences);
-    options.max_context = std::max<int64_t>(1, context->context);
-    one = one.WithContext(options.max_context);
-    context_warning = context->warning;
-  }
-  holds = MaxSequences(one, options.memory, ram, kMaxSequences);
-  const int n = options.sequences > 0 ? options.sequences
-                : context             ? context->sequences
-                                      : std::max(least, std::min(holds, options.max_sequences));
-  const ModelFootprint footprint = one.WithSequences(n);
-  auto planned = PlanMemory(footprint, options.memory, ram);
-  if (!planned.ok() && n > 1) {
-    if (const int fits = MaxSequences(one, options.memory, ram, n); fits >= 1) {
-      return TooManySequences(options, auto_context, least, fits, one.state_bytes_per_sequence);
-    }
-  }
+  auto planned = PlanRun(*ckpt, PlanRequestOf(options, pack.get()), AvailableRamBytes());
   if (!planned.ok()) return planned.status();
-  plan = *std::move(planned);
-  if (auto_chunk) GrowPrefillChunk(one.WithSequences(n), ring, ram);
-  if (context && context->context > 0) plan.context_source = context->source;
+  run = *std::move(planned);
   threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
   limit =
       std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
-  if (absl::Status s = OpenReads(footprint); !s.ok()) return s;
+  if (absl::Status s = OpenReads(); !s.ok()) return s;
   // The streamer first: the weights hold its handles for what is not resident.
   auto created =
       TrunkStreamer::Create(*ckpt, plan, pack.get(), *reads, shard_files, pack_file, disk);

@@ -24,26 +24,22 @@
 #include "core/model/model.h"
 #include "core/model/sequence_state.h"
 #include "io/fault_injection.h"
+#include "io/read_engine.h"
 #include "io/read_replay.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/memory_plan.h"
+#include "pipeline/run_plan.h"
 #include "pipeline/step_metrics.h"
 
 namespace k3 {
-
-inline constexpr int kAutoPrefillChunk = 0;
-// `--max-context auto`: the longest context the budget holds (pipeline/context_plan.h).
-inline constexpr int64_t kAutoMaxContext = 0;
-// The smallest chunk auto chooses when the budget allows it (the default before auto).
-inline constexpr int kSmallPrefillChunk = 64;
 
 struct EngineOptions {
   std::string model_dir;
   std::string trunk_dir;  // a `k3 pack` output; empty: streamed trunk layers read from shards
   MemoryRequest memory;
-  // Sizes the planned sequence state; kAutoMaxContext: the longest the budget holds (the
-  // flag's default; Engine::options().max_context says which).
-  int64_t max_context = 4096;
+  // Sizes the planned sequence state; kAutoMaxContext: the longest the budget holds
+  // (Engine::max_context() says which).
+  int64_t max_context = kAutoMaxContext;
   // Sequences run at once (a batch, and any states kept beside it): state is reserved for
   // each. 0: as many as the budget holds beside the model, from min_sequences up to
   // max_sequences (Engine::sequences() says how many). Fewer than asked are refused with the
@@ -52,7 +48,7 @@ struct EngineOptions {
   int min_sequences = 1;
   int max_sequences = kMaxSequences;
   std::string sequences_source;
-  int queue_depth = 32;       // reads in flight
+  int queue_depth = io::kDefaultQueueDepth;  // reads in flight
   int prefetch_distance = 0;  // layers of lookahead (0 = off; docs/PERFORMANCE.md for why)
   // The same for prompt chunks (prefill), which multiply many tokens per expert and so are
   // compute-bound: reading the next layer's likely experts during that compute costs no time.

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/model/weights.h"
 #include "core/checkpoint/trunk_pack.h"
+#include "core/model/weights.h"
 
 namespace k3 {
 
@@ -47,6 +47,9 @@ struct RingOptions {
 inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
+// The prompt chunk of a budget that grows with what runs, and the least `--prefill-chunk auto`
+// takes where the budget allows more (a prompt's experts are read once a chunk).
+inline constexpr int kSmallPrefillChunk = 64;
 inline constexpr int kMaxRingSlots = 64;
 // Compressed pieces decoded whole (for a row-by-row user) held at once: two in use at a time at
 // most, as a ring of two slots shows.
@@ -169,8 +172,8 @@ struct MemoryPlan {
   uint64_t cache_bytes = 0;
   int64_t cache_slots = 0;
   // Prompt tokens run through each layer together (the buffers hold them), and why that many.
-  int64_t prefill_chunk = 64;
-  std::string prefill_chunk_source = "--prefill-chunk 64";
+  int64_t prefill_chunk = kSmallPrefillChunk;
+  std::string prefill_chunk_source;
   // Tokens of context a sequence the state holds, and why that many.
   int64_t context = 0;
   std::string context_source;

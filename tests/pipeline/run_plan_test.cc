@@ -1,8 +1,8 @@
-// --max-context auto (pipeline/context_plan.h): the longest context whose growing state takes a
+// --max-context auto (pipeline/run_plan.h): the longest context whose growing state takes a
 // quarter of the budget, or what the budget holds beside the whole model, up to the model's
 // limit; the batch sized first so that each sequence gets an agent's context; a number given
 // wins; a warning below kAgentContext; monotonic in the budget.
-#include "pipeline/context_plan.h"
+#include "pipeline/run_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

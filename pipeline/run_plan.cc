@@ -1,6 +1,7 @@
-#include "pipeline/context_plan.h"
+#include "pipeline/run_plan.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/util/progress.h"
@@ -123,6 +124,105 @@ ContextChoice ChooseContext(const ModelFootprint& one, const MemoryRequest& requ
                              ", or give --max-context N to take it from the ", "expert cache");
   }
   return c;
+}
+
+namespace {
+
+// The refusal of more sequences than the budget holds, naming the most it holds. With the
+// automatic context the context is already the least (one token), so a smaller one is no way out.
+absl::Status TooManySequences(const RunRequest& r, bool auto_context, int asked, int fits,
+                              uint64_t state_bytes) {
+  const bool batch = r.sequences_source.empty();
+  return absl::InvalidArgumentError(absl::StrCat(
+      batch ? absl::StrCat("--batch ", asked) : r.sequences_source, ": the budget holds at most ",
+      fits, fits == 1 ? " sequence" : " sequences", " (each needs ",
+      FormatBytes(static_cast<double>(state_bytes)), " of state at ",
+      auto_context ? "the least context, 1 token" : absl::StrCat("--max-context ", r.max_context),
+      "); use ", batch ? absl::StrCat("--batch ", fits) : "fewer",
+      auto_context ? " or a larger budget" : ", a larger budget or a smaller --max-context"));
+}
+
+// `--prefill-chunk auto` over `plan`, made for `small`'s chunks at `context` tokens: a whole
+// prompt in one chunk reads the streamed trunk and each expert it touches once per layer, where
+// small chunks read them once per chunk.
+void GrowPrefillChunk(const Checkpoint& ckpt, const RunRequest& r, int64_t context,
+                      const ModelFootprint& small, uint64_t ram, MemoryPlan& plan) {
+  // A budget that grows with what runs (preset ultra, the minimum; an explicit --trunk-gb and
+  // --cache-gb, to which the fixed parts are added) keeps the small chunks: auto takes memory
+  // from the budget, never adds to it.
+  const MemoryRequest& m = r.memory;
+  if (m.preset == "ultra" || m.trunk_gb > 0 || m.cache_gb > 0) {
+    plan.prefill_chunk_source =
+        absl::StrCat("auto: ", small.prefill_chunk, " with a budget that grows with what runs");
+    return;
+  }
+  const uint64_t per_token = std::max<uint64_t>(1, small.prefill_bytes_per_token);
+  const auto share =
+      static_cast<uint64_t>(kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
+  const int64_t cap = std::min(kMaxAutoPrefillChunk, context);
+  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(share / per_token), 1, cap);
+  for (int64_t chunk = most; chunk > small.prefill_chunk; chunk /= 2) {
+    const ModelFootprint f =
+        MeasureFootprint(ckpt, context, chunk, r.ring).WithSequences(small.sequences);
+    auto planned = PlanMemory(f, m, ram);
+    if (!planned.ok()) continue;
+    const uint64_t minimum = plan.minimum_bytes;  // the smallest budget runs small chunks
+    plan = *std::move(planned);
+    plan.minimum_bytes = minimum;
+    const std::string activations =
+        absl::StrCat("activations of ", FormatBytes(static_cast<double>(per_token)), " a token");
+    if (chunk < most) {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, halved from ", most, " until the plan fits (", activations, ")");
+    } else if (most == cap) {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, capped at ", cap == context ? "--max-context " : "", cap);
+    } else {
+      plan.prefill_chunk_source =
+          absl::StrCat("auto, the most whose ", activations, " take a quarter of the budget");
+    }
+    return;
+  }
+  plan.prefill_chunk_source = absl::StrCat("auto: no more than ", small.prefill_chunk,
+                                           " tokens' activations fit beside the model");
+}
+
+}  // namespace
+
+absl::StatusOr<RunPlan> PlanRun(const Checkpoint& ckpt, const RunRequest& r, uint64_t ram) {
+  const bool auto_chunk = r.prefill_chunk == kAutoPrefillChunk;
+  const bool auto_context = r.max_context == kAutoMaxContext;
+  ModelFootprint one = MeasureFootprint(ckpt, auto_context ? 1 : r.max_context,
+                                        auto_chunk ? kSmallPrefillChunk : r.prefill_chunk, r.ring);
+  const int least = r.sequences > 0 ? r.sequences : r.min_sequences;
+  if (r.sequences < 0 || least < 1) return absl::InvalidArgumentError("--batch must be >= 1");
+  RunPlan run;
+  int64_t context = r.max_context;
+  std::optional<ContextChoice> chosen;
+  if (auto_context) {
+    chosen = ChooseContext(one, r.memory, ram, ckpt.config().max_position_embeddings, least,
+                           r.sequences > 0 ? least : r.max_sequences);
+    context = std::max<int64_t>(1, chosen->context);
+    one = one.WithContext(context);
+    run.context_warning = chosen->warning;
+  }
+  run.sequences_budget_holds = MaxSequences(one, r.memory, ram, kMaxSequences);
+  const int n = r.sequences > 0 ? r.sequences
+                : chosen        ? chosen->sequences
+                         : std::max(least, std::min(run.sequences_budget_holds, r.max_sequences));
+  const ModelFootprint footprint = one.WithSequences(n);
+  auto planned = PlanMemory(footprint, r.memory, ram);
+  if (!planned.ok() && n > 1) {
+    if (const int fits = MaxSequences(one, r.memory, ram, n); fits >= 1) {
+      return TooManySequences(r, auto_context, least, fits, one.state_bytes_per_sequence);
+    }
+  }
+  if (!planned.ok()) return planned.status();
+  run.memory = *std::move(planned);
+  if (auto_chunk) GrowPrefillChunk(ckpt, r, context, footprint, ram, run.memory);
+  if (chosen && chosen->context > 0) run.memory.context_source = chosen->source;
+  run.expert_slot_bytes = footprint.expert_slot_bytes;
+  return run;
 }
 
 }  // namespace k3
