@@ -208,6 +208,7 @@ void BatchScheduler::Advance(const Row& row, std::span<float> logits, double now
   Sample(seq, logits, now);
 }
 
+// Samples the sequence's next token and marks whether that ends it.
 void BatchScheduler::Sample(Live& seq, std::span<float> logits, double now) {
   BatchResult& r = seq.result;
   if (seq.request.constraint) seq.request.constraint->Mask(logits);

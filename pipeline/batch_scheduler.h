@@ -118,7 +118,7 @@ struct BatchEvents {
 class BatchScheduler {
  public:
   // Sequences run with `engine`'s context and, unless `options` says otherwise, its prompt
-  // chunk.
+  // chunk. `events` are heard on the thread that calls Run or RunStep, inside the call.
   BatchScheduler(Engine& engine, const BatchOptions& options, BatchEvents events);
   ~BatchScheduler();
 
