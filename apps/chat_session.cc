@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<int32_t>> ChatSession::NewTokens(const std::vector<Ch
 }
 
 BatchRequest ChatSession::Continue(const std::vector<int32_t>& fed, int64_t head_end,
-                                   SequenceHooks& hooks, TurnResult& result) {
+                                   BatchEvents& events, TurnResult& result) {
   BatchRequest request;
   request.prompt = fed;
   request.keep_final_state = true;
@@ -96,7 +96,7 @@ BatchRequest ChatSession::Continue(const std::vector<int32_t>& fed, int64_t head
   if (cache_ != nullptr) {
     result.cached_tokens = ResumeFromPromptCache(*cache_, request);
     if (head_end > request.resume->position()) request.snapshot_at.push_back(head_end);
-    hooks.on_prompt_state = [this](size_t, const SequenceState& s) { cache_->Store(s); };
+    events.on_prompt_state = [this](size_t, const SequenceState& s) { cache_->Store(s); };
   }
   return request;
 }
@@ -107,8 +107,8 @@ BatchRequest ChatSession::Continue(const std::vector<int32_t>& fed, int64_t head
 // extends it). With tools, the reply samples under the turn's grammar.
 absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head_end,
                                    RunReport& report, TurnResult& result) {
-  SequenceHooks hooks;
-  BatchRequest request = Continue(fed, head_end, hooks, result);
+  BatchEvents events;
+  BatchRequest request = Continue(fed, head_end, events, result);
   request.max_tokens = settings_.n_predict;
   request.sampler = settings_.sampler;
   request.stop_ids = stops_;
@@ -120,19 +120,19 @@ absl::Status ChatSession::Generate(const std::vector<int32_t>& fed, int64_t head
   }
   ReplyPrinter printer(tok_, settings_.output);
   bool prompt_done = false;
-  hooks.on_prompt_end = [&](std::span<const float>, const StepMetrics& steps) {
+  events.on_prompt_end = [&](size_t, std::span<const float>, const StepMetrics& steps) {
     report.SetPrefill(fed, steps);
     result.prefill_seconds = steps.seconds;
     prompt_done = true;
   };
-  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& steps) {
+  events.on_token = [&](size_t, int32_t id, std::span<const float>, const StepMetrics& steps) {
     if (std::find(stops_.begin(), stops_.end(), id) == stops_.end()) printer.Print(id);
     result.reply.push_back(id);
     report.AddStep({id, "", steps});
   };
   // Ctrl-C stops the reply, never the prompt: the kept state must hold all of it.
-  hooks.stop = [&] { return prompt_done && Interrupted(); };
-  auto done = RunSequence(engine_, std::move(request), hooks);
+  events.stop = [&] { return prompt_done && Interrupted(); };
+  auto done = RunSequence(engine_, std::move(request), events);
   printer.Finish();
   if (!done.ok()) return done.status();
   state_ = *std::move(done->state);
@@ -280,11 +280,11 @@ absl::Status ChatSession::Resume(const std::string& path) {
   replies_ = std::count_if(messages_.begin(), messages_.end(),
                            [](const json& m) { return m["role"] == "assistant"; });
   if (tokens.empty()) return absl::OkStatus();
-  SequenceHooks hooks;
+  BatchEvents events;
   TurnResult unused;
-  BatchRequest request = Continue(tokens, 0, hooks, unused);
+  BatchRequest request = Continue(tokens, 0, events, unused);
   request.max_tokens = 0;
-  auto done = RunSequence(engine_, std::move(request), hooks);
+  auto done = RunSequence(engine_, std::move(request), events);
   if (!done.ok()) return done.status();
   state_ = *std::move(done->state);
   if (cache_ != nullptr) cache_->Store(state_);

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "apps/run_report.h"
-#include "core/text/chat_template.h"
 #include "core/model/sampler.h"
+#include "core/text/chat_template.h"
 #include "core/text/tokenizer/tokenizer.h"
 #include "core/text/tools/output_spec.h"
 #include "core/text/tools/turn_parser.h"
@@ -82,7 +82,7 @@ class ChatSession {
   // The request that runs `fed` after the conversation so far: from the longest cached state
   // beyond it, keeping the states at `head_end` (the end of the system prompt, if > 0) and a
   // token short of the prompt's end in the cache.
-  BatchRequest Continue(const std::vector<int32_t>& fed, int64_t head_end, SequenceHooks& hooks,
+  BatchRequest Continue(const std::vector<int32_t>& fed, int64_t head_end, BatchEvents& events,
                         TurnResult& result);
   absl::Status Constrain(BatchRequest& request, int64_t position) const;
   void Close(const TurnResult& result, const TurnParser& parser);

@@ -106,21 +106,21 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
   request.sampler = *sampler;
   request.stop_ids = stops;
   absl::Status dumped;
-  SequenceHooks hooks;
-  hooks.on_prompt_end = [&](std::span<const float> logits, const StepMetrics& steps) {
+  BatchEvents events;
+  events.on_prompt_end = [&](size_t, std::span<const float> logits, const StepMetrics& steps) {
     report.SetPrefill(prompt.ids, steps);
     if (const std::string path = absl::GetFlag(FLAGS_dump_logits); !path.empty()) {
       const std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
       dumped = io::WriteFileAtomically(path, bytes);
     }
   };
-  hooks.on_token = [&](int32_t id, std::span<const float>, const StepMetrics& steps) {
+  events.on_token = [&](size_t, int32_t id, std::span<const float>, const StepMetrics& steps) {
     Emit(prompt, id, std::find(stops.begin(), stops.end(), id) != stops.end());
     report.AddStep({id, "", steps});
   };
-  hooks.stop = [&] { return Interrupted() || !dumped.ok(); };
-  if (cache != nullptr) report.SetPromptCache(UsePromptCache(*cache, request, hooks), *cache);
-  auto result = RunSequence(engine, std::move(request), hooks);
+  events.stop = [&] { return Interrupted() || !dumped.ok(); };
+  if (cache != nullptr) report.SetPromptCache(UsePromptCache(*cache, request, events), *cache);
+  auto result = RunSequence(engine, std::move(request), events);
   if (!dumped.ok()) return dumped;
   return result.status();
 }

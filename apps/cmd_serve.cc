@@ -127,9 +127,7 @@ int RunServe(const std::vector<std::string>& positional) {
   if (!stops.ok()) return ReportError(kServeName, stops.status());
 
   server::ServiceOptions service_options;
-  service_options.batch = {.batch = shape.batch,
-                           .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
-                           .max_context = (*engine)->max_context()};
+  service_options.batch = {.batch = shape.batch};
   service_options.max_queue = absl::GetFlag(FLAGS_max_queue);
   auto cache = PromptCacheFromFlags(**engine, kServeName, static_cast<size_t>(shape.saved_states));
   if (!cache.ok()) return ReportError(kServeName, cache.status());

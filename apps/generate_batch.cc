@@ -282,18 +282,11 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!out_path.empty() && (out = std::fopen(out_path.c_str(), "w")) == nullptr) {
     return ReportError(kName, absl::NotFoundError(out_path + ": cannot be written"));
   }
-  BatchScheduler scheduler(**engine,
-                           {.batch = batch,
-                            .prefill_tokens_per_step = static_cast<int>((*engine)->prefill_chunk()),
-                            .max_context = (*engine)->max_context()});
-  for (Item& item : items) {
-    if (auto s = scheduler.Add(item.request); !s.ok()) return ReportError(kName, s.status());
-  }
   // Results leave in input order: each is written once every earlier one is.
   std::vector<std::optional<BatchResult>> results(items.size());
   std::vector<double> per_token;
   size_t written = 0, done = 0;
-  ProgressBar bar("sequences", items.size(), "", !quiet && StderrIsTerminal());
+  std::optional<ProgressBar> bar;  // drawn once every prompt is queued
   auto write = [&](size_t i) {
     // A token may end inside a UTF-8 character: the text shows U+FFFD there (the ids are exact).
     const std::string line = ResultJson(items[i], *results[i], *tokenizer)
@@ -302,17 +295,25 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
     std::fwrite(line.data(), 1, line.size(), out);
     std::fflush(out);
   };
+  BatchScheduler scheduler(**engine, {.batch = batch},
+                           {.on_done =
+                                [&](const BatchResult& r) {
+                                  results[r.index] = r;
+                                  if (r.ids.size() > 1) per_token.push_back(r.seconds_per_token());
+                                  bar->Update(++done);
+                                  for (; written < results.size() && results[written].has_value();
+                                       ++written) {
+                                    write(written);
+                                  }
+                                },
+                            .stop = [] { return Interrupted(); }});
+  for (Item& item : items) {
+    if (auto s = scheduler.Add(item.request); !s.ok()) return ReportError(kName, s.status());
+  }
+  bar.emplace("sequences", items.size(), "", !quiet && StderrIsTerminal());
   InstallInterruptHandler();
-  const absl::Status status = scheduler.Run(
-      {},
-      [&](const BatchResult& r) {
-        results[r.index] = r;
-        if (r.ids.size() > 1) per_token.push_back(r.seconds_per_token());
-        bar.Update(++done);
-        for (; written < results.size() && results[written].has_value(); ++written) write(written);
-      },
-      [] { return Interrupted(); });
-  bar.Finish();
+  const absl::Status status = scheduler.Run();
+  bar->Finish();
   // After an interrupt or an error: whatever finished behind a gap, still in input order.
   for (size_t i = written; i < results.size(); ++i) {
     if (results[i].has_value()) write(i);

@@ -58,12 +58,12 @@ nlohmann::json PromptCacheUse::ToJson(const PromptCache& cache) const {
           {"bytes_written", s.bytes_written}};
 }
 
-PromptCacheUse UsePromptCache(PromptCache& cache, BatchRequest& request, SequenceHooks& hooks) {
+PromptCacheUse UsePromptCache(PromptCache& cache, BatchRequest& request, BatchEvents& events) {
   PromptCacheUse use;
   const auto t0 = std::chrono::steady_clock::now();
   use.cached_tokens = ResumeFromPromptCache(cache, request);
   use.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  hooks.on_prompt_state = [&cache](size_t, const SequenceState& state) { cache.Store(state); };
+  events.on_prompt_state = [&cache](size_t, const SequenceState& state) { cache.Store(state); };
   return use;
 }
 

@@ -37,7 +37,7 @@ struct PromptCacheUse {
 
 // Prepares `request` (whose prompt is the whole prompt) to use `cache`: resumes the longest
 // cached prefix, leaving the tokens after it to run, and asks for the state one token short of
-// the prompt's end, where the same prompt again resumes. `hooks.on_prompt_state` stores it.
-PromptCacheUse UsePromptCache(PromptCache& cache, BatchRequest& request, SequenceHooks& hooks);
+// the prompt's end, where the same prompt again resumes. `events.on_prompt_state` stores it.
+PromptCacheUse UsePromptCache(PromptCache& cache, BatchRequest& request, BatchEvents& events);
 
 }  // namespace k3::cli

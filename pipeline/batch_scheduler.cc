@@ -39,13 +39,19 @@ struct BatchScheduler::Live {
   BatchResult result;
   SequenceState state;
   Sampler sampler;
-  size_t prefilled = 0;  // prompt tokens already run
-  int32_t next = -1;     // the last sampled token, decoded in the next step
-  bool dropped = false;  // cancelled during a step: the state is half-run
+  size_t prefilled = 0;                // prompt tokens already run
+  int32_t next = -1;                   // the last sampled token, decoded in the next step
+  bool dropped = false;                // cancelled during a step: the state is half-run
+  StepMetrics since;                   // the steps it took part in since its last token
+  std::optional<FinishReason> finish;  // set in a step, acted on once the step is through
 
   bool decoding() const { return prefilled == request.prompt.size(); }
   bool cancelled() const {
     return request.cancelled != nullptr && request.cancelled->load(std::memory_order_relaxed);
+  }
+  bool at_snapshot() const {
+    const auto& at = request.snapshot_at;
+    return std::find(at.begin(), at.end(), state.position()) != at.end();
   }
   // The segment of the next step: its prompt's next `chunk` tokens, or the token to decode.
   BatchSegment Segment(size_t chunk) {
@@ -75,11 +81,21 @@ struct BatchScheduler::Live {
   }
 };
 
-BatchScheduler::BatchScheduler(Engine& engine, const BatchOptions& options)
-    : engine_(engine), options_(options) {
-  options_.batch = std::max(1, options_.batch);
-  options_.prefill_tokens_per_step = std::max(1, options_.prefill_tokens_per_step);
-}
+// One segment of a step: the live sequence it runs, and how much of its prompt. Its place among
+// the step's rows is its place in the step's segments and logits.
+struct BatchScheduler::Row {
+  Live* seq = nullptr;
+  size_t prompt_tokens = 0;  // 0: it decodes seq->next
+};
+
+BatchScheduler::BatchScheduler(Engine& engine, const BatchOptions& options, BatchEvents events)
+    : engine_(engine),
+      batch_(std::max(1, options.batch)),
+      prefill_tokens_per_step_(options.prefill_tokens_per_step > 0
+                                   ? options.prefill_tokens_per_step
+                                   : static_cast<int>(engine.prefill_chunk())),
+      max_context_(engine.max_context()),
+      events_(std::move(events)) {}
 
 BatchScheduler::~BatchScheduler() = default;
 
@@ -89,9 +105,9 @@ absl::StatusOr<size_t> BatchScheduler::Add(BatchRequest request) {
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   const int64_t before = request.resume ? request.resume->position() : 0;
   const int64_t tokens = before + static_cast<int64_t>(request.prompt.size());
-  if (tokens >= options_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt has ", tokens, " tokens, the context holds ", options_.max_context));
+  if (tokens >= max_context_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt has ", tokens, " tokens, the context holds ", max_context_));
   }
   if (request.max_tokens < 0) return absl::InvalidArgumentError("max tokens must be >= 0");
   if (absl::Status s = ValidateSamplerOptions(request.sampler); !s.ok()) return s;
@@ -100,7 +116,7 @@ absl::StatusOr<size_t> BatchScheduler::Add(BatchRequest request) {
 }
 
 void BatchScheduler::Admit() {
-  while (static_cast<int>(live_.size()) < options_.batch && !waiting_.empty()) {
+  while (static_cast<int>(live_.size()) < batch_ && !waiting_.empty()) {
     auto [index, request] = std::move(waiting_.front());
     waiting_.pop_front();
     Sampler sampler(request.sampler);
@@ -116,14 +132,14 @@ void BatchScheduler::Admit() {
   }
 }
 
-void BatchScheduler::Finish(Live& seq, FinishReason reason, const DoneFn& on_done) {
+void BatchScheduler::Finish(Live& seq, FinishReason reason) {
   seq.result.finish = reason;
   seq.result.finished_at = Now() - started_;
   if (seq.request.keep_final_state && !seq.dropped) seq.result.state = std::move(seq.state);
-  if (on_done) on_done(seq.result);
+  if (events_.on_done) events_.on_done(seq.result);
 }
 
-void BatchScheduler::EndCancelled(const DoneFn& on_done) {
+void BatchScheduler::EndCancelled() {
   for (const size_t index : cancelled_) {
     for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
       if (it->first != index) continue;
@@ -132,12 +148,12 @@ void BatchScheduler::EndCancelled(const DoneFn& on_done) {
       result.finish = FinishReason::kInterrupted;
       result.admitted_at = result.finished_at = Now() - started_;
       waiting_.erase(it);
-      if (on_done) on_done(result);
+      if (events_.on_done) events_.on_done(result);
       break;
     }
     for (auto it = live_.begin(); it != live_.end(); ++it) {
       if (it->result.index != index) continue;
-      Finish(*it, FinishReason::kInterrupted, on_done);
+      Finish(*it, FinishReason::kInterrupted);
       live_.erase(it);
       break;
     }
@@ -145,99 +161,111 @@ void BatchScheduler::EndCancelled(const DoneFn& on_done) {
   cancelled_.clear();
 }
 
-absl::Status BatchScheduler::Step(const TokenFn& on_token, const DoneFn& on_done) {
-  std::vector<Live>& live = live_;
-  // Decode rows first, then prompt chunks in the order the prompts joined, up to the share.
-  std::vector<BatchSegment> segments;
-  std::vector<size_t> owner;  // segment -> live sequence
-  std::vector<size_t> chunk(live.size(), 0);
-  int share = options_.prefill_tokens_per_step;
-  for (size_t i = 0; i < live.size(); ++i) {
-    if (live[i].decoding()) {
-      segments.push_back(live[i].Segment(1));
-      owner.push_back(i);
-      ++totals_.decode_tokens;
+// Decode rows first, then prompt chunks in the order the prompts joined, up to the share.
+std::vector<BatchScheduler::Row> BatchScheduler::PlanRows() {
+  std::vector<Row> rows;
+  for (Live& seq : live_) {
+    if (!seq.decoding()) continue;
+    rows.push_back({.seq = &seq});
+    ++totals_.decode_tokens;
+  }
+  auto share = static_cast<size_t>(prefill_tokens_per_step_);
+  for (Live& seq : live_) {
+    if (share == 0) break;
+    if (seq.decoding()) continue;
+    const size_t chunk = std::min(share, seq.ChunkRoom());
+    share -= chunk;
+    rows.push_back({.seq = &seq, .prompt_tokens = chunk});
+    totals_.prefill_tokens += static_cast<int64_t>(chunk);
+  }
+  return rows;
+}
+
+// Takes in what a step ran for `row`: the prompt's progress, or the logits to sample from.
+void BatchScheduler::Advance(const Row& row, std::span<float> logits, double now) {
+  Live& seq = *row.seq;
+  if (seq.cancelled()) {  // perhaps left the step at a layer: nothing of it is used
+    seq.dropped = true;
+    seq.finish = FinishReason::kInterrupted;
+    return;
+  }
+  seq.prefilled += row.prompt_tokens;
+  const size_t index = seq.result.index;
+  if (!seq.decoding()) {  // more of its prompt to run
+    if (events_.on_prompt_state && seq.at_snapshot()) events_.on_prompt_state(index, seq.state);
+    return;
+  }
+  if (row.prompt_tokens > 0) {  // the step ran the prompt's last chunk
+    if (seq.request.keep_prompt_state && events_.on_prompt_state) {
+      events_.on_prompt_state(index, seq.state);
     }
+    if (events_.on_prompt_end) events_.on_prompt_end(index, logits, seq.since);
   }
-  for (size_t i = 0; i < live.size() && share > 0; ++i) {
-    if (live[i].decoding()) continue;
-    chunk[i] = std::min<size_t>(share, live[i].ChunkRoom());
-    share -= static_cast<int>(chunk[i]);
-    segments.push_back(live[i].Segment(chunk[i]));
-    owner.push_back(i);
-    totals_.prefill_tokens += static_cast<int64_t>(chunk[i]);
+  if (static_cast<int32_t>(seq.result.ids.size()) == seq.request.max_tokens) {  // max_tokens 0
+    seq.finish = FinishReason::kLength;
+    return;
   }
+  Sample(seq, logits, now);
+}
+
+// Samples the sequence's next token and marks whether that ends it.
+void BatchScheduler::Sample(Live& seq, std::span<float> logits, double now) {
+  BatchResult& r = seq.result;
+  if (seq.request.constraint) seq.request.constraint->Mask(logits);
+  const int32_t id = seq.sampler.Sample(logits);
+  if (seq.request.constraint) seq.request.constraint->Accept(id);
+  if (r.ids.empty()) r.first_token_at = now;
+  r.ids.push_back(id);
+  ++totals_.sampled_tokens;
+  if (events_.on_token) events_.on_token(r.index, id, logits, seq.since);
+  seq.since = {};
+  seq.next = id;
+  const auto& stops = seq.request.stop_ids;
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
+    seq.finish = FinishReason::kStop;
+  } else if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {
+    seq.finish = FinishReason::kLength;
+  } else if (seq.state.position() + 1 >= max_context_) {
+    seq.finish = FinishReason::kContext;  // decoding `id` would pass the planned context
+  }
+}
+
+absl::Status BatchScheduler::Step() {
+  const std::vector<Row> rows = PlanRows();
+  std::vector<BatchSegment> segments;
+  segments.reserve(rows.size());
+  for (const Row& row : rows) segments.push_back(row.seq->Segment(row.prompt_tokens));
   StepMetrics step;
   const absl::Status status = engine_.Step(segments, logits_, &step);
   totals_.steps.Add(step);
   if (!status.ok()) return status;
-  if (on_step_) on_step_(step);
   ++totals_.step_count;
-  totals_.max_live = std::max(totals_.max_live, static_cast<int>(live.size()));
-  const size_t vocab = logits_.size() / segments.size();
+  totals_.max_live = std::max(totals_.max_live, static_cast<int>(live_.size()));
+  const size_t vocab = logits_.size() / rows.size();
   const double now = Now() - started_;
-  std::vector<std::optional<FinishReason>> done(live.size());
-  for (size_t s = 0; s < segments.size(); ++s) {
-    Live& seq = live[owner[s]];
-    if (seq.cancelled()) {  // perhaps left the step at a layer: nothing of it is used
-      seq.dropped = true;
-      done[owner[s]] = FinishReason::kInterrupted;
-      continue;
-    }
-    seq.prefilled += chunk[owner[s]];
-    if (!seq.decoding()) {  // more of its prompt to run
-      const auto& at = seq.request.snapshot_at;
-      if (on_prompt_state_ && std::find(at.begin(), at.end(), seq.state.position()) != at.end()) {
-        on_prompt_state_(seq.result.index, seq.state);
-      }
-      continue;
-    }
-    BatchResult& r = seq.result;
-    const std::span<float> row(logits_.data() + s * vocab, vocab);
-    if (chunk[owner[s]] > 0) {
-      if (seq.request.keep_prompt_state && on_prompt_state_) on_prompt_state_(r.index, seq.state);
-      if (on_prompt_end_) on_prompt_end_(r.index, row);
-    }
-    if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {  // max_tokens 0
-      done[owner[s]] = FinishReason::kLength;
-      continue;
-    }
-    if (seq.request.constraint) seq.request.constraint->Mask(row);
-    const int32_t id = seq.sampler.Sample(row);
-    if (seq.request.constraint) seq.request.constraint->Accept(id);
-    if (r.ids.empty()) r.first_token_at = now;
-    r.ids.push_back(id);
-    ++totals_.sampled_tokens;
-    if (on_token) on_token(r.index, id, row);
-    seq.next = id;
-    const auto& stops = seq.request.stop_ids;
-    if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-      done[owner[s]] = FinishReason::kStop;
-    } else if (static_cast<int32_t>(r.ids.size()) == seq.request.max_tokens) {
-      done[owner[s]] = FinishReason::kLength;
-    } else if (seq.state.position() + 1 >= options_.max_context) {
-      done[owner[s]] = FinishReason::kContext;  // decoding `id` would pass the planned context
-    }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rows[r].seq->since.Add(step);
+    Advance(rows[r], {logits_.data() + r * vocab, vocab}, now);
   }
   // Finished sequences leave in place order; their places go to waiting prompts next step.
   std::vector<Live> kept;
-  for (size_t i = 0; i < live.size(); ++i) {
-    if (done[i]) {
-      Finish(live[i], *done[i], on_done);
+  for (Live& seq : live_) {
+    if (seq.finish) {
+      Finish(seq, *seq.finish);
     } else {
-      kept.push_back(std::move(live[i]));
+      kept.push_back(std::move(seq));
     }
   }
-  live = std::move(kept);
+  live_ = std::move(kept);
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> BatchScheduler::RunStep(const TokenFn& on_token, const DoneFn& on_done) {
+absl::StatusOr<bool> BatchScheduler::RunStep() {
   if (started_ < 0) started_ = Now();
-  EndCancelled(on_done);
+  EndCancelled();
   Admit();
   if (live_.empty()) return false;
-  absl::Status status = Step(on_token, on_done);
+  absl::Status status = Step();
   totals_.seconds = Now() - started_;
   if (!status.ok()) {
     live_.clear();
@@ -246,17 +274,16 @@ absl::StatusOr<bool> BatchScheduler::RunStep(const TokenFn& on_token, const Done
   return true;
 }
 
-absl::Status BatchScheduler::Run(const TokenFn& on_token, const DoneFn& on_done,
-                                 const StopFn& stop) {
+absl::Status BatchScheduler::Run() {
   for (;;) {
-    if (stop && stop()) {
+    if (events_.stop && events_.stop()) {
       Admit();  // those that would have run this step end as interrupted; the rest go unreported
-      for (Live& seq : live_) Finish(seq, FinishReason::kInterrupted, on_done);
+      for (Live& seq : live_) Finish(seq, FinishReason::kInterrupted);
       live_.clear();
       waiting_.clear();
       break;
     }
-    absl::StatusOr<bool> ran = RunStep(on_token, on_done);
+    absl::StatusOr<bool> ran = RunStep();
     if (!ran.ok()) return ran.status();
     if (!*ran) break;
   }
@@ -279,27 +306,16 @@ int64_t ResumeFromPromptCache(PromptCache& cache, BatchRequest& request) {
 }
 
 absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
-                                        const SequenceHooks& hooks) {
-  BatchScheduler scheduler(engine,
-                           {.batch = 1,
-                            .prefill_tokens_per_step = static_cast<int>(engine.prefill_chunk()),
-                            .max_context = engine.max_context()});
-  if (auto added = scheduler.Add(std::move(request)); !added.ok()) return added.status();
-  StepMetrics since;  // the steps since the last token
-  scheduler.set_step_fn([&](const StepMetrics& step) { since.Add(step); });
-  if (hooks.on_prompt_state) scheduler.set_prompt_state_fn(hooks.on_prompt_state);
-  if (hooks.on_prompt_end) {
-    scheduler.set_prompt_end_fn(
-        [&](size_t, std::span<const float> logits) { hooks.on_prompt_end(logits, since); });
-  }
+                                        const BatchEvents& events) {
   std::optional<BatchResult> result;
-  const absl::Status status = scheduler.Run(
-      [&](size_t, int32_t id, std::span<const float> logits) {
-        if (hooks.on_token) hooks.on_token(id, logits, since);
-        since = {};
-      },
-      [&](BatchResult& done) { result = std::move(done); }, hooks.stop);
-  if (!status.ok()) return status;
+  BatchEvents one = events;
+  one.on_done = [&](BatchResult& done) {
+    if (events.on_done) events.on_done(done);
+    result = std::move(done);
+  };
+  BatchScheduler scheduler(engine, {.batch = 1}, std::move(one));
+  if (auto added = scheduler.Add(std::move(request)); !added.ok()) return added.status();
+  if (absl::Status status = scheduler.Run(); !status.ok()) return status;
   if (!result.has_value()) return absl::InternalError("the sequence was never reported");
   return *std::move(result);
 }

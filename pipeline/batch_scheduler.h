@@ -1,9 +1,10 @@
 // Continuous batching over Engine::Step: up to `batch` sequences decode together, so a step
 // reads the trunk once and the union of their experts once for all of them. A sequence that
-// ends (a stop id, its own token limit, the context) leaves at once and the next waiting
-// prompt takes its place; that prompt is prefilled in chunks that ride along with the others'
-// decode tokens, at most `prefill_tokens_per_step` prompt tokens a step, so a long prompt
-// delays the others' next token by a bounded share of one step instead of a whole prefill.
+// ends (a stop id, its own token limit, the engine's context) leaves at once and the next
+// waiting prompt takes its place; that prompt is prefilled in chunks that ride along with the
+// others' decode tokens, at most the engine's prefill_chunk() prompt tokens a step, so a long
+// prompt delays the others' next token by a bounded share of one step instead of a whole
+// prefill. The caller hears of tokens, ends and kept states through one BatchEvents.
 //
 // Every sequence's tokens and logits are bit-identical to running it alone (Engine::Prefill,
 // then Decode): it has its own state and sampler, and a row's arithmetic does not depend on
@@ -36,22 +37,22 @@ struct BatchRequest {
   // Prefix reuse: the state of an earlier sequence whose tokens come before `prompt`, which
   // then holds only the tokens after them. The result equals running them all from scratch.
   std::optional<SequenceState> resume;
-  bool keep_prompt_state = false;  // hand a copy of the state to the PromptStateFn once the
+  bool keep_prompt_state = false;  // hand a copy of the state to on_prompt_state once the
                                    // prompt has run (before the first token is sampled)
   // Positions in the sequence (tokens before it included) inside the prompt at which the state
-  // is handed to the PromptStateFn as well: prompt chunks are cut there, which changes no bit
+  // is handed to on_prompt_state as well: prompt chunks are cut there, which changes no bit
   // (a prompt cache keeps the state one token short of the prompt's end, so that the same
   // prompt again resumes it and runs one token for its logits).
   std::vector<int64_t> snapshot_at;
   bool keep_final_state = false;  // hand the final state over in BatchResult::state
   // Constrained decoding (core/text/grammar/token_mask.h): masks each row of logits right before
-  // sampling, and hears each sampled token. The logits the TokenFn sees are the masked ones.
+  // sampling, and hears each sampled token. The logits on_token sees are the masked ones.
   // Null: sampling is untouched.
   std::shared_ptr<TokenConstraint> constraint;
   // The logits after each prompt token that has a successor in the prompt, in order, with that
   // successor (`next`, the token they predict), for the prompt's log probabilities (a
-  // completion's echo). They cost an lm_head product per prompt token; the last token's are the
-  // PromptEndFn's.
+  // completion's echo). They cost an lm_head product per prompt token; the last token's go to
+  // on_prompt_end.
   std::function<void(int32_t next, std::span<const float> logits)> on_prompt_logits;
   // Set by another thread to end the request: it leaves the step it is in at the next layer
   // (its state is then dropped, never kept) and finishes as interrupted. Outlives the request.
@@ -74,10 +75,12 @@ struct BatchResult {
   std::optional<SequenceState> state;
 };
 
+// The caller's choices; the context and the prompt chunk otherwise come from the engine.
 struct BatchOptions {
-  int batch = 1;                     // sequences live at once
-  int prefill_tokens_per_step = 64;  // prompt tokens in one step, over all joining prompts
-  int64_t max_context = 4096;        // a sequence ends ("context") before it would outgrow it
+  int batch = 1;  // sequences live at once
+  // Prompt tokens in one step, over all joining prompts (0: the engine's prefill_chunk()). No
+  // bit of any sequence depends on it, only how long a prompt delays the others.
+  int prefill_tokens_per_step = 0;
 };
 
 // Figures of a whole run: every step's metrics summed, and how the steps were made up.
@@ -91,22 +94,32 @@ struct BatchTotals {
   int max_live = 0;  // the most sequences live in one step
 };
 
+// What a scheduler tells its caller as it goes; any of them may be left empty. `index` is the
+// request's, as Add returned it. `steps` are the figures of the engine steps the sequence took
+// part in since its previous token (for its first token, the steps that ran its prompt).
+struct BatchEvents {
+  // Every sampled token, with the logits it was sampled from (masked by the request's
+  // constraint).
+  std::function<void(size_t index, int32_t id, std::span<const float> logits,
+                     const StepMetrics& steps)>
+      on_token;
+  // Every sequence that ended. Non-const so that a caller can take the kept state out.
+  std::function<void(BatchResult& result)> on_done;
+  // Polled by Run before each step (Ctrl-C); RunStep leaves stopping to its caller.
+  std::function<bool()> stop;
+  // The state at the end of a prompt (with keep_prompt_state) and at its snapshot_at positions.
+  std::function<void(size_t index, const SequenceState& state)> on_prompt_state;
+  // The logits of a prompt's last token, before anything is sampled from them (also when the
+  // sequence samples nothing: max_tokens 0).
+  std::function<void(size_t index, std::span<const float> logits, const StepMetrics& steps)>
+      on_prompt_end;
+};
+
 class BatchScheduler {
  public:
-  // Called for every sampled token with the logits it was sampled from.
-  using TokenFn = std::function<void(size_t index, int32_t id, std::span<const float> logits)>;
-  // Non-const so that a caller can take the kept state out of the result.
-  using DoneFn = std::function<void(BatchResult& result)>;
-  using StopFn = std::function<bool()>;  // polled before each step (Ctrl-C)
-  using PromptStateFn = std::function<void(size_t index, const SequenceState& state)>;
-  // Called for every sequence whose prompt has just run, with the logits of its last token,
-  // before anything is sampled from them (also when it samples nothing: max_tokens 0).
-  using PromptEndFn = std::function<void(size_t index, std::span<const float> logits)>;
-  // Called after every engine step with its figures (before the tokens of the step are
-  // sampled).
-  using StepFn = std::function<void(const StepMetrics& step)>;
-
-  BatchScheduler(Engine& engine, const BatchOptions& options);
+  // Sequences run with `engine`'s context and, unless `options` says otherwise, its prompt
+  // chunk. `events` are heard on the thread that calls Run or RunStep, inside the call.
+  BatchScheduler(Engine& engine, const BatchOptions& options, BatchEvents events);
   ~BatchScheduler();
 
   // Queues a request; returns its index. InvalidArgument for an empty prompt or one that
@@ -116,17 +129,14 @@ class BatchScheduler {
   // Runs steps until every request has finished, `stop` says so (the live sequences then end
   // as interrupted, the waiting ones are not reported) or a step fails (its error; the
   // sequences live in it are lost, those already reported are not).
-  absl::Status Run(const TokenFn& on_token, const DoneFn& on_done, const StopFn& stop = {});
+  absl::Status Run();
 
   // For a server, which adds requests between steps: admits waiting requests into free places
   // and runs one step. False when nothing was live or waiting (no step ran).
-  absl::StatusOr<bool> RunStep(const TokenFn& on_token, const DoneFn& on_done);
-  // Ends a request before the next step as interrupted, reported to the DoneFn then (a waiting
+  absl::StatusOr<bool> RunStep();
+  // Ends a request before the next step as interrupted, reported to on_done then (a waiting
   // one with no tokens). Unknown or finished indices are ignored.
   void Cancel(size_t index) { cancelled_.push_back(index); }
-  void set_prompt_state_fn(PromptStateFn fn) { on_prompt_state_ = std::move(fn); }
-  void set_prompt_end_fn(PromptEndFn fn) { on_prompt_end_ = std::move(fn); }
-  void set_step_fn(StepFn fn) { on_step_ = std::move(fn); }
 
   size_t waiting() const { return waiting_.size(); }
   size_t live() const;
@@ -134,18 +144,22 @@ class BatchScheduler {
 
  private:
   struct Live;
-  absl::Status Step(const TokenFn& on_token, const DoneFn& on_done);
+  struct Row;
+  absl::Status Step();
+  std::vector<Row> PlanRows();
+  void Advance(const Row& row, std::span<float> logits, double now);
+  void Sample(Live& seq, std::span<float> logits, double now);
   void Admit();
-  void EndCancelled(const DoneFn& on_done);
-  void Finish(Live& seq, FinishReason reason, const DoneFn& on_done);
+  void EndCancelled();
+  void Finish(Live& seq, FinishReason reason);
 
   Engine& engine_;
-  BatchOptions options_;
+  const int batch_;
+  const int prefill_tokens_per_step_;
+  const int64_t max_context_;
+  const BatchEvents events_;
   std::vector<Live> live_;
   std::vector<size_t> cancelled_;
-  PromptStateFn on_prompt_state_;
-  PromptEndFn on_prompt_end_;
-  StepFn on_step_;
   std::deque<std::pair<size_t, BatchRequest>> waiting_;
   size_t added_ = 0;
   BatchTotals totals_;
@@ -155,20 +169,6 @@ class BatchScheduler {
   double started_ = -1;  // steady clock seconds of the first step (-1: none yet)
 };
 
-// What a sequence run alone tells its caller as it goes: `k3 generate`, `k3 chat` and
-// `k3 bench` run their one sequence through the same scheduler loop as a server's batch.
-struct SequenceHooks {
-  // The logits after the prompt, and the figures of the steps that ran it.
-  std::function<void(std::span<const float> logits, const StepMetrics& prompt)> on_prompt_end;
-  // Every sampled token, the logits it was sampled from, and the figures of the steps since
-  // the previous token (the prompt's steps for the first token).
-  std::function<void(int32_t id, std::span<const float> logits, const StepMetrics& steps)> on_token;
-  BatchScheduler::StopFn stop;  // polled before each step (Ctrl-C): ends it as interrupted
-  // The state at the end of the prompt (with keep_prompt_state) and at each of its snapshot_at
-  // positions.
-  BatchScheduler::PromptStateFn on_prompt_state;
-};
-
 // Resumes `request` from the longest state in `cache` that its tokens (those of its resume
 // state, then its prompt) extend beyond the resume state, leaving the prompt the tokens after
 // it, and asks for the state a token short of the whole prompt's end (snapshot_at), where the
@@ -176,9 +176,10 @@ struct SequenceHooks {
 // cache supplied.
 int64_t ResumeFromPromptCache(PromptCache& cache, BatchRequest& request);
 
-// Runs one request as a batch of one (prompt chunks of the engine's prefill_chunk, its
-// max_context): the result, or the error of the first failed step.
+// Runs one request as a batch of one (`k3 generate`, `k3 chat` and `k3 bench` run their one
+// sequence through the same loop as a server's batch): the result, also told to on_done if it
+// is set, or the error of the first failed step.
 absl::StatusOr<BatchResult> RunSequence(Engine& engine, BatchRequest request,
-                                        const SequenceHooks& hooks);
+                                        const BatchEvents& events);
 
 }  // namespace k3

@@ -130,23 +130,23 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
   // steps, so one more token is sampled than decoded; the reads are logged from the first.
   DecodeRun run;
   std::vector<double> steps;
-  SequenceHooks hooks;
-  hooks.on_prompt_end = [&](std::span<const float>, const StepMetrics& prompt) {
+  BatchEvents events;
+  events.on_prompt_end = [&](size_t, std::span<const float>, const StepMetrics& prompt) {
     run.prefill_seconds = prompt.seconds;
     if (replay) engine->StartReadLog();
   };
   bool first = true;
-  hooks.on_token = [&](int32_t, std::span<const float>, const StepMetrics& step) {
+  events.on_token = [&](size_t, int32_t, std::span<const float>, const StepMetrics& step) {
     if (std::exchange(first, false)) return;  // the first token's figures are the prompt's
     steps.push_back(step.seconds);
     run.decode.Add(step);
   };
-  hooks.stop = [] { return Interrupted(); };
+  events.stop = [] { return Interrupted(); };
   BatchRequest request;
   request.prompt = prompt;
   request.max_tokens = tokens + 1;
   request.sampler.greedy = true;
-  auto done = RunSequence(*engine, std::move(request), hooks);
+  auto done = RunSequence(*engine, std::move(request), events);
   if (!done.ok()) return done.status();
   if (done->finish == FinishReason::kInterrupted) return absl::CancelledError("interrupted");
   run.ids.assign(done->ids.begin(), done->ids.begin() + std::min<size_t>(tokens, done->ids.size()));

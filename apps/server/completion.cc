@@ -140,8 +140,8 @@ json LogprobsJson(const Tokenizer& tok, Endpoint endpoint, const std::vector<Tok
 }  // namespace
 
 // With tools or a JSON response format, every token of the reply is sampled under the turn's
-// grammar (core/text/grammar), so that what comes back parses and validates; a thinking budget closes
-// the think channel after its tokens.
+// grammar (core/text/grammar), so that what comes back parses and validates; a thinking budget
+// closes the think channel after its tokens.
 std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
                                               BatchRequest& batch) const {
   if (r.endpoint != Endpoint::kChat) return std::nullopt;
@@ -159,8 +159,7 @@ std::optional<ApiError> HttpServer::Constrain(const CompletionRequest& r,
     }
     trie = *built;
   }
-  const int64_t room =
-      service_.options().batch.max_context - 1 - static_cast<int64_t>(batch.prompt.size());
+  const int64_t room = service_.max_context() - 1 - static_cast<int64_t>(batch.prompt.size());
   auto constraint = MakeReplyConstraint(tok_, r.output, std::move(trie),
                                         std::min<int64_t>(batch.max_tokens, room),
                                         r.reasoning_budget.value_or(options_.reasoning_budget));

@@ -58,12 +58,22 @@ void Job::Finish(FinishReason finish, absl::Status status) {
 }
 
 GenerationService::GenerationService(Engine& engine, const ServiceOptions& options)
-    : engine_(engine), options_(options), scheduler_(engine, options.batch) {
-  if (PromptCache* cache = options.prompt_cache) {
-    scheduler_.set_prompt_state_fn(
-        [cache](size_t, const SequenceState& state) { cache->Store(state); });
-  }
+    : engine_(engine), options_(options), scheduler_(engine, options.batch, Events()) {
   thread_ = std::thread([this] { Loop(); });
+}
+
+// Heard on the engine thread, inside RunStep: jobs_ is that thread's alone, so no lock.
+BatchEvents GenerationService::Events() {
+  BatchEvents events;
+  events.on_token = [this](size_t index, int32_t id, std::span<const float> logits,
+                           const StepMetrics&) {
+    if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id, logits);
+  };
+  events.on_done = [this](BatchResult& result) { OnDone(result); };
+  if (PromptCache* cache = options_.prompt_cache) {
+    events.on_prompt_state = [cache](size_t, const SequenceState& state) { cache->Store(state); };
+  }
+  return events;
 }
 
 GenerationService::~GenerationService() { Stop(); }
@@ -80,7 +90,7 @@ void GenerationService::Stop() {
 absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request,
                                                                int top_logprobs,
                                                                bool prompt_logprobs) {
-  const int64_t context = options_.batch.max_context;
+  const int64_t context = engine_.max_context();
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (static_cast<int64_t>(request.prompt.size()) >= context) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt has ", request.prompt.size(),
@@ -175,10 +185,6 @@ void GenerationService::OnDone(BatchResult& result) {
 }
 
 void GenerationService::Loop() {
-  const auto on_token = [this](size_t index, int32_t id, std::span<const float> logits) {
-    if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id, logits);
-  };
-  const auto on_done = [this](BatchResult& result) { OnDone(result); };
   std::vector<std::shared_ptr<Job>> incoming;
   for (;;) {
     {
@@ -192,7 +198,7 @@ void GenerationService::Loop() {
       if (job->cancelled()) scheduler_.Cancel(index);
     }
     const auto started = std::chrono::steady_clock::now();
-    absl::StatusOr<bool> ran = scheduler_.RunStep(on_token, on_done);
+    absl::StatusOr<bool> ran = scheduler_.RunStep();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!ran.ok()) {

@@ -69,7 +69,7 @@ class Job {
 };
 
 struct ServiceOptions {
-  BatchOptions batch;
+  BatchOptions batch;                   // the context and the prompt chunk are the engine's
   int max_queue = 64;                   // requests waiting for a place; more are refused
   PromptCache* prompt_cache = nullptr;  // prefix reuse (null: none); outlives the service
 };
@@ -104,14 +104,16 @@ class GenerationService {
 
   ServiceStats stats() const;
   const ServiceOptions& options() const { return options_; }
+  int64_t max_context() const { return engine_.max_context(); }
 
  private:
   void Loop();
   void Admit(std::vector<std::shared_ptr<Job>>& incoming);
+  BatchEvents Events();
   void OnDone(BatchResult& result);
   void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
 
-  const Engine& engine_;  // its layer clock
+  const Engine& engine_;  // its layer clock and context
   ServiceOptions options_;
   BatchScheduler scheduler_;                     // engine thread only
   std::map<size_t, std::shared_ptr<Job>> jobs_;  // engine thread only: by scheduler index

@@ -201,7 +201,7 @@ void HttpServer::Routes() {
          [this](const httplib::Request& req, httplib::Response& res) { CountTokens(req, res); });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     // The context under both names clients read it by (vLLM's, and OpenRouter's).
-    const int64_t context = service_.options().batch.max_context;
+    const int64_t context = service_.max_context();
     const json model = {
         {"id", options_.model_id}, {"object", "model"},        {"created", 0},
         {"owned_by", "k3"},        {"max_model_len", context}, {"context_length", context}};

@@ -38,27 +38,24 @@ void KeepRows(std::vector<float>& a, std::span<const size_t> keep, size_t width)
   a = std::move(kept);
 }
 
+bool Cancelled(const Model::Rows& rows) {
+  return rows.cancelled != nullptr && rows.cancelled->load(std::memory_order_relaxed);
+}
+
 // Takes the segments cancelled since the last layer out of the step: their rows leave the
 // stacked tokens, the residual stream and every block snapshot. False when none was.
-bool DropCancelled(std::span<const BatchSegment> segments, std::vector<Model::Rows>& rows,
-                   std::vector<size_t>& segment_of, std::vector<int32_t>& ids,
+bool DropCancelled(std::vector<Model::Rows>& rows, std::vector<int32_t>& ids,
                    std::vector<float>& prefix, std::vector<std::vector<float>>& snapshots,
                    size_t width) {
-  auto cancelled = [&](size_t r) {
-    const std::atomic<bool>* flag = segments[segment_of[r]].cancelled;
-    return flag != nullptr && flag->load(std::memory_order_relaxed);
-  };
-  bool any = false;
-  for (size_t r = 0; r < rows.size(); ++r) any = any || cancelled(r);
-  if (!any) return false;
+  if (std::none_of(rows.begin(), rows.end(), Cancelled)) return false;
   std::vector<size_t> keep;  // token rows that stay
   std::vector<Model::Rows> kept_rows;
-  std::vector<size_t> kept_segments;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    if (cancelled(r)) continue;
-    kept_rows.push_back({keep.size(), rows[r].count, rows[r].state});
-    kept_segments.push_back(segment_of[r]);
-    for (size_t t = 0; t < rows[r].count; ++t) keep.push_back(rows[r].first + t);
+  for (const Model::Rows& r : rows) {
+    if (Cancelled(r)) continue;
+    Model::Rows kept = r;
+    kept.first = keep.size();
+    kept_rows.push_back(kept);
+    for (size_t t = 0; t < r.count; ++t) keep.push_back(r.first + t);
   }
   std::vector<int32_t> kept_ids(keep.size());
   for (size_t i = 0; i < keep.size(); ++i) kept_ids[i] = ids[keep[i]];
@@ -66,7 +63,6 @@ bool DropCancelled(std::span<const BatchSegment> segments, std::vector<Model::Ro
   KeepRows(prefix, keep, width);
   for (std::vector<float>& snapshot : snapshots) KeepRows(snapshot, keep, width);
   rows = std::move(kept_rows);
-  segment_of = std::move(kept_segments);
   return true;
 }
 
@@ -391,9 +387,8 @@ absl::Status Model::ForwardBatch(std::span<const BatchSegment> segments, std::ve
 absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positions,
                         std::vector<float>& logits, const LayerObserver& observer) {
   if (segments.empty()) return absl::InvalidArgumentError("no sequences to run");
-  std::vector<Rows> rows;
-  std::vector<size_t> segment_of;  // rows[r] is segments[segment_of[r]]'s
-  std::vector<int32_t> ids;        // every segment's tokens, stacked
+  std::vector<Rows> rows;    // of the segments still in the step
+  std::vector<int32_t> ids;  // every segment's tokens, stacked
   for (size_t s = 0; s < segments.size(); ++s) {
     const BatchSegment& seg = segments[s];
     if (seg.ids.empty()) return absl::InvalidArgumentError("no tokens to run");
@@ -408,8 +403,7 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
     for (const Rows& r : rows) {
       if (r.state == seg.state) return absl::InvalidArgumentError("two segments share a state");
     }
-    rows.push_back({ids.size(), seg.ids.size(), seg.state});
-    segment_of.push_back(s);
+    rows.push_back({ids.size(), seg.ids.size(), seg.state, s, seg.cancelled});
     ids.insert(ids.end(), seg.ids.begin(), seg.ids.end());
   }
   const size_t d = config_.hidden_size;
@@ -427,8 +421,8 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
     if (!s.ok()) return s;
     layers_run_.fetch_add(1, std::memory_order_relaxed);
     if (observer) observer(l, prefix);
-    if (l + 1 < config_.num_layers &&
-        DropCancelled(segments, rows, segment_of, ids, prefix, snapshots, d) && rows.empty()) {
+    if (l + 1 < config_.num_layers && DropCancelled(rows, ids, prefix, snapshots, d) &&
+        rows.empty()) {
       logits.assign(segments.size() * (all_positions ? segments[0].ids.size() : 1) * vocab, 0.f);
       return absl::OkStatus();
     }
@@ -453,12 +447,12 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
       const std::vector<float> kept(logits.begin(), logits.begin() + rows.size() * vocab);
       std::fill(logits.begin(), logits.end(), 0.f);
       for (size_t r = 0; r < rows.size(); ++r) {
-        std::copy_n(kept.begin() + r * vocab, vocab, logits.begin() + segment_of[r] * vocab);
+        std::copy_n(kept.begin() + r * vocab, vocab, logits.begin() + rows[r].segment * vocab);
       }
     }
   }
   for (size_t r = 0; r < rows.size(); ++r) {
-    const auto& hear = segments[segment_of[r]].on_position_logits;
+    const auto& hear = segments[rows[r].segment].on_position_logits;
     if (hear) PositionLogits(x, rows[r], hear);
   }
   if (absl::Status s = layers_->TakeError(); !s.ok()) return s;

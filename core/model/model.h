@@ -97,6 +97,8 @@ class Model {
   struct Rows {
     size_t first = 0, count = 0;
     SequenceState* state = nullptr;
+    size_t segment = 0;  // its place among the step's segments, and so in the step's logits
+    const std::atomic<bool>* cancelled = nullptr;  // the segment's (null: it runs to the end)
   };
 
  private:

@@ -69,11 +69,11 @@ class BatchHookTest : public ::k3::testing::TinyModelSuite {
   }
   static Run Go(Engine& engine, const BatchRequest& r) {
     Run run;
-    SequenceHooks hooks;
-    hooks.on_token = [&](int32_t, std::span<const float> logits, const StepMetrics&) {
+    BatchEvents events;
+    events.on_token = [&](size_t, int32_t, std::span<const float> logits, const StepMetrics&) {
       run.logits.emplace_back(logits.begin(), logits.end());
     };
-    auto result = RunSequence(engine, r, hooks);
+    auto result = RunSequence(engine, r, events);
     EXPECT_TRUE(result.ok()) << result.status();
     if (result.ok()) run.ids = result->ids;
     return run;
@@ -98,7 +98,7 @@ TEST_F(BatchHookTest, AConstraintThatAllowsOneIdYieldsOnlyIt) {
     EXPECT_EQ(constrained.ids, std::vector<int32_t>(8, forced));
     EXPECT_EQ(one->accepted, constrained.ids);
     EXPECT_EQ(one->masks, 8);
-    // The TokenFn sees the masked row.
+    // on_token sees the masked row.
     for (const auto& row : constrained.logits) {
       EXPECT_FALSE(std::isinf(row[forced]));
       EXPECT_TRUE(std::isinf(row[forced == 2 ? 3 : 2]));

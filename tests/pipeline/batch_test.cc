@@ -116,22 +116,24 @@ class BatchTest : public ::k3::testing::TinyModelSuite {
                                           const std::vector<size_t>& order,
                                           const BatchOptions& options,
                                           BatchTotals* totals = nullptr) {
-    BatchScheduler scheduler(engine, options);
     std::map<size_t, size_t> request_of;  // scheduler index -> request
+    std::map<size_t, Output> out;
+    BatchEvents events;
+    events.on_token = [&](size_t index, int32_t, std::span<const float> logits,
+                          const StepMetrics&) {
+      out[request_of[index]].logits.emplace_back(logits.begin(), logits.end());
+    };
+    events.on_done = [&](const BatchResult& r) {
+      out[request_of[r.index]].ids = r.ids;
+      out[request_of[r.index]].finish = r.finish;
+    };
+    BatchScheduler scheduler(engine, options, std::move(events));
     for (size_t i : order) {
       auto index = scheduler.Add(requests[i]);
       EXPECT_TRUE(index.ok()) << index.status();
       request_of[*index] = i;
     }
-    std::map<size_t, Output> out;
-    auto status = scheduler.Run(
-        [&](size_t index, int32_t, std::span<const float> logits) {
-          out[request_of[index]].logits.emplace_back(logits.begin(), logits.end());
-        },
-        [&](const BatchResult& r) {
-          out[request_of[r.index]].ids = r.ids;
-          out[request_of[r.index]].finish = r.finish;
-        });
+    const absl::Status status = scheduler.Run();
     EXPECT_TRUE(status.ok()) << status;
     if (totals != nullptr) *totals = scheduler.totals();
     return out;
@@ -169,9 +171,8 @@ TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBatchSizeAndOrder) {
     const int batch = batches[p[0]], share = shares[p[1]];
     const std::string where =
         absl::StrCat("batch ", batch, " share ", share, " order ", p[2] == 0 ? "forward" : "other");
-    auto batched = Batched(
-        **engine, requests, *orders[p[2]],
-        {.batch = batch, .prefill_tokens_per_step = share, .max_context = Options().max_context});
+    auto batched = Batched(**engine, requests, *orders[p[2]],
+                           {.batch = batch, .prefill_tokens_per_step = share});
     ExpectSame(alone, batched, where);
   }
 }
@@ -219,8 +220,7 @@ TEST_F(BatchTest, EverySequenceMatchesRunningItAloneAtEveryBudgetAndSetting) {
     ASSERT_TRUE(engine.ok()) << where << ": " << engine.status();
     BatchTotals totals;
     auto batched =
-        Batched(**engine, requests, order,
-                {.batch = 3, .prefill_tokens_per_step = 6, .max_context = o.max_context}, &totals);
+        Batched(**engine, requests, order, {.batch = 3, .prefill_tokens_per_step = 6}, &totals);
     ExpectSame(alone, batched, where);
     EXPECT_EQ(totals.max_live, 3) << where;
     EXPECT_EQ(totals.steps.trunk_pieces_out_of_order, 0u) << where;
@@ -240,8 +240,8 @@ TEST_F(BatchTest, AStepReadsTheTrunkOnceForEverySequence) {
     requests[i].max_tokens = 8;
   }
   BatchTotals together, alone;
-  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 4, .max_context = o.max_context}, &together);
-  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 1, .max_context = o.max_context}, &alone);
+  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 4}, &together);
+  Batched(**engine, requests, {0, 1, 2, 3}, {.batch = 1}, &alone);
   EXPECT_EQ(together.step_count, 8);  // a prompt step, then 7 decode steps, all four in each
   EXPECT_EQ(alone.step_count, 32);
   EXPECT_EQ(together.sampled_tokens, alone.sampled_tokens);
@@ -306,15 +306,13 @@ TEST_F(BatchTest, AStopBetweenStepsReportsTheLiveSequencesWithWhatTheyHave) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<Output> alone;
   const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
-  BatchScheduler scheduler(**engine, {.batch = 2, .max_context = Options().max_context});
-  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
   int polls = 0;
   std::vector<BatchResult> done;
-  ASSERT_TRUE(
-      scheduler
-          .Run(
-              {}, [&](const BatchResult& r) { done.push_back(r); }, [&] { return ++polls > 4; })
-          .ok());
+  BatchScheduler scheduler(**engine, {.batch = 2},
+                           {.on_done = [&](const BatchResult& r) { done.push_back(r); },
+                            .stop = [&] { return ++polls > 4; }});
+  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
+  ASSERT_TRUE(scheduler.Run().ok());
   ASSERT_FALSE(done.empty());
   EXPECT_LT(done.size(), requests.size());
   EXPECT_EQ(done.back().finish, FinishReason::kInterrupted);
@@ -326,9 +324,11 @@ TEST_F(BatchTest, AStopBetweenStepsReportsTheLiveSequencesWithWhatTheyHave) {
 }
 
 TEST_F(BatchTest, RequestsThatCannotRunAreRefusedWhenAdded) {
-  auto engine = Engine::Open(Options());
-  ASSERT_TRUE(engine.ok());
-  BatchScheduler scheduler(**engine, {.batch = 2, .max_context = 8});
+  EngineOptions o = Options();
+  o.max_context = 8;
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  BatchScheduler scheduler(**engine, {.batch = 2}, {});
   EXPECT_FALSE(scheduler.Add({}).ok());
   BatchRequest too_long;
   too_long.prompt.assign(8, 1);
@@ -348,18 +348,17 @@ TEST_F(BatchTest, AResumedStateGivesTheTokensAndLogitsOfTheWholePrompt) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   BatchRequest first = Requests()[0];
   first.keep_prompt_state = first.keep_final_state = true;
-  BatchScheduler scheduler(**engine, {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
   std::optional<SequenceState> after_prompt, at_end;
   std::vector<int32_t> first_ids;
-  scheduler.set_prompt_state_fn([&](size_t, const SequenceState& s) { after_prompt = s; });
+  BatchEvents events;
+  events.on_prompt_state = [&](size_t, const SequenceState& s) { after_prompt = s; };
+  events.on_done = [&](BatchResult& r) {
+    first_ids = r.ids;
+    at_end = std::move(r.state);
+  };
+  BatchScheduler scheduler(**engine, {.batch = 2}, std::move(events));
   ASSERT_TRUE(scheduler.Add(first).ok());
-  ASSERT_TRUE(scheduler
-                  .Run({},
-                       [&](BatchResult& r) {
-                         first_ids = r.ids;
-                         at_end = std::move(r.state);
-                       })
-                  .ok());
+  ASSERT_TRUE(scheduler.Run().ok());
   ASSERT_TRUE(after_prompt && at_end);
   EXPECT_EQ(after_prompt->tokens(), first.prompt);
   // The final state holds every token but the last sampled one, which was never decoded.
@@ -375,8 +374,8 @@ TEST_F(BatchTest, AResumedStateGivesTheTokensAndLogitsOfTheWholePrompt) {
     resumed.resume = *saved;
     resumed.prompt.erase(resumed.prompt.begin(), resumed.prompt.begin() + saved->position());
     const Output alone = Alone(**engine, whole, Options().max_context);
-    std::map<size_t, Output> batched = Batched(
-        **engine, {resumed}, {0}, {.batch = 2, .prefill_tokens_per_step = 3, .max_context = 48});
+    std::map<size_t, Output> batched =
+        Batched(**engine, {resumed}, {0}, {.batch = 2, .prefill_tokens_per_step = 3});
     ExpectSame({alone}, batched, absl::StrCat("resumed after ", saved->position(), " tokens"));
   }
 }
@@ -392,20 +391,19 @@ TEST_F(BatchTest, SnapshotsInsideAPromptHoldItsPrefixesAndChangeNoBit) {
   std::map<int64_t, SequenceState> snapshots;
   std::map<size_t, Output> batched;
   {
-    BatchScheduler scheduler(**engine,
-                             {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
-    scheduler.set_prompt_state_fn(
-        [&](size_t, const SequenceState& s) { snapshots.emplace(s.position(), s); });
+    BatchEvents events;
+    events.on_prompt_state = [&](size_t, const SequenceState& s) {
+      snapshots.emplace(s.position(), s);
+    };
+    events.on_token = [&](size_t i, int32_t id, std::span<const float> logits, const StepMetrics&) {
+      batched[i].ids.push_back(id);
+      batched[i].logits.emplace_back(logits.begin(), logits.end());
+    };
+    events.on_done = [&](BatchResult& r) { batched[r.index].finish = r.finish; };
+    BatchScheduler scheduler(**engine, {.batch = 2}, std::move(events));
     ASSERT_TRUE(scheduler.Add(Requests()[3]).ok());
     ASSERT_TRUE(scheduler.Add(first).ok());
-    ASSERT_TRUE(scheduler
-                    .Run(
-                        [&](size_t i, int32_t id, std::span<const float> logits) {
-                          batched[i].ids.push_back(id);
-                          batched[i].logits.emplace_back(logits.begin(), logits.end());
-                        },
-                        [&](BatchResult& r) { batched[r.index].finish = r.finish; })
-                    .ok());
+    ASSERT_TRUE(scheduler.Run().ok());
   }
   ASSERT_EQ(snapshots.size(), 2u);
   for (const auto& [at, state] : snapshots) {
@@ -417,8 +415,7 @@ TEST_F(BatchTest, SnapshotsInsideAPromptHoldItsPrefixesAndChangeNoBit) {
   BatchRequest again = Requests()[0];
   again.resume = snapshots.at(8);
   again.prompt.erase(again.prompt.begin(), again.prompt.begin() + 8);
-  std::map<size_t, Output> resumed = Batched(
-      **engine, {again}, {0}, {.batch = 1, .prefill_tokens_per_step = 4, .max_context = 48});
+  std::map<size_t, Output> resumed = Batched(**engine, {again}, {0}, {.batch = 1});
   ExpectSame({alone}, resumed, "resumed a token short of the prompt's end");
 }
 
@@ -427,21 +424,22 @@ TEST_F(BatchTest, ACancelledRequestEndsAtTheNextStepAndTheOthersAreUnchanged) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<Output> alone;
   const std::vector<BatchRequest> requests = RequestsWithStop(**engine, alone);
-  BatchScheduler scheduler(**engine, {.batch = 2, .prefill_tokens_per_step = 4, .max_context = 48});
-  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
   std::map<size_t, BatchResult> done;
   std::map<size_t, Output> out;
-  const auto on_token = [&](size_t i, int32_t, std::span<const float> logits) {
+  BatchEvents events;
+  events.on_token = [&](size_t i, int32_t, std::span<const float> logits, const StepMetrics&) {
     out[i].logits.emplace_back(logits.begin(), logits.end());
   };
-  const auto on_done = [&](BatchResult& r) { done[r.index] = r; };
+  events.on_done = [&](BatchResult& r) { done[r.index] = r; };
+  BatchScheduler scheduler(**engine, {.batch = 2}, std::move(events));
+  for (const BatchRequest& r : requests) ASSERT_TRUE(scheduler.Add(r).ok());
   // Request 1 is live from the first step (batch 2); request 4 is still waiting then.
-  for (int step = 0; step < 3; ++step) ASSERT_TRUE(scheduler.RunStep(on_token, on_done).ok());
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(scheduler.RunStep().ok());
   scheduler.Cancel(1);
   scheduler.Cancel(4);
   EXPECT_EQ(scheduler.live(), 2u);
   for (;;) {
-    auto ran = scheduler.RunStep(on_token, on_done);
+    auto ran = scheduler.RunStep();
     ASSERT_TRUE(ran.ok()) << ran.status();
     if (!*ran) break;
   }
@@ -475,16 +473,17 @@ TEST_F(BatchTest, ASequenceRunAloneThroughTheSchedulerMatchesPrefillThenDecode) 
     Output run;
     std::vector<float> seen_prompt_logits;
     std::vector<int64_t> step_tokens;
-    SequenceHooks hooks;
-    hooks.on_prompt_end = [&](std::span<const float> logits, const StepMetrics& prompt) {
+    BatchEvents events;
+    events.on_prompt_end = [&](size_t, std::span<const float> logits, const StepMetrics& prompt) {
       seen_prompt_logits.assign(logits.begin(), logits.end());
       EXPECT_EQ(prompt.tokens, static_cast<int64_t>(r.prompt.size()));
     };
-    hooks.on_token = [&](int32_t, std::span<const float> logits, const StepMetrics& steps) {
+    events.on_token = [&](size_t, int32_t, std::span<const float> logits,
+                          const StepMetrics& steps) {
       run.logits.emplace_back(logits.begin(), logits.end());
       step_tokens.push_back(steps.tokens);
     };
-    auto result = RunSequence(**engine, r, hooks);
+    auto result = RunSequence(**engine, r, events);
     ASSERT_TRUE(result.ok()) << result.status();
     run.ids = result->ids;
     run.finish = result->finish;
@@ -504,10 +503,10 @@ TEST_F(BatchTest, ASequenceRunAloneStopsAsInterruptedWhenAskedBetweenSteps) {
   BatchRequest r = Requests()[0];
   r.keep_final_state = true;
   int tokens = 0;
-  SequenceHooks hooks;
-  hooks.on_token = [&](int32_t, std::span<const float>, const StepMetrics&) { ++tokens; };
-  hooks.stop = [&] { return tokens == 2; };
-  auto result = RunSequence(**engine, r, hooks);
+  BatchEvents events;
+  events.on_token = [&](size_t, int32_t, std::span<const float>, const StepMetrics&) { ++tokens; };
+  events.stop = [&] { return tokens == 2; };
+  auto result = RunSequence(**engine, r, events);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->finish, FinishReason::kInterrupted);
   EXPECT_EQ(result->ids.size(), 2u);

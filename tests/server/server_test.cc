@@ -246,11 +246,9 @@ class GenerationServiceTest : public testing::TinyModelSuite {
     o.sequences = sequences;
     return o;
   }
-  // The service over the suite's engine settings (chunks of 4, a context of 48).
+  // `batch` places and `max_queue` waiting; the chunk and context are the suite's engine's.
   static ServiceOptions Shape(int batch, int max_queue, PromptCache* cache = nullptr) {
-    return {.batch = {.batch = batch, .prefill_tokens_per_step = 4, .max_context = 48},
-            .max_queue = max_queue,
-            .prompt_cache = cache};
+    return {.batch = {.batch = batch}, .max_queue = max_queue, .prompt_cache = cache};
   }
   // A prompt cache of `states` in memory, and in `dir` unless it is empty.
   static std::unique_ptr<PromptCache> Cache(const Engine& engine, size_t states,
@@ -268,10 +266,10 @@ class GenerationServiceTest : public testing::TinyModelSuite {
     return r;
   }
   static std::vector<int32_t> Alone(Engine& engine, const BatchRequest& r) {
-    BatchScheduler s(engine, {.batch = 1, .prefill_tokens_per_step = 4, .max_context = 48});
     std::vector<int32_t> ids;
+    BatchScheduler s(engine, {.batch = 1}, {.on_done = [&](BatchResult& res) { ids = res.ids; }});
     EXPECT_TRUE(s.Add(r).ok());
-    EXPECT_TRUE(s.Run({}, [&](BatchResult& res) { ids = res.ids; }).ok());
+    EXPECT_TRUE(s.Run().ok());
     return ids;
   }
   static Job::Progress Finish(Job& job) {
