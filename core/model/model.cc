@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint/tensor_names.h"
 #include "kernels/model_ops.h"
 #include "kernels/ops.h"
 
 namespace k3 {
 namespace {
 
+namespace tn = tensor_name;
 using kernels::Sigmoid;
 
 // MLA LoRA norms use the first-party default epsilon, not rms_norm_eps (MODEL.md 0 Q1).
@@ -375,6 +379,34 @@ absl::Status Model::Layer(int64_t l, const LayerWeights& lw, std::span<const Row
   }
   for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
   return absl::OkStatus();
+}
+
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& c, const TensorNames& n, int64_t l) {
+  std::vector<OrderedMatrix> order;
+  auto add = [&](std::initializer_list<std::string_view> names) {
+    for (std::string_view name : names) order.push_back({n.Layer(l, name)});
+  };
+  // Model::Kda, Model::Mla (kv_b is used row by row between the gate and o_proj).
+  if (c.attention_kind(l) == AttentionKind::kKda) {
+    add({tn::kKdaQ, tn::kKdaK, tn::kKdaV, tn::kAttnGate, tn::kKdaFA, tn::kKdaFB, tn::kKdaB,
+         tn::kAttnOut});
+  } else {
+    add({tn::kMlaQA, tn::kMlaQB, tn::kMlaKvA});
+    if (c.mla_use_output_gate) add({tn::kAttnGate});
+    add({tn::kMlaKvB});
+    order.back().whole = true;
+    add({tn::kAttnOut});
+  }
+  // Model::SituMlp for the dense layers; Model::Moe: router, latent down-projection, the shared
+  // experts (alongside the routed ones), latent up-projection.
+  if (c.is_dense(l)) {
+    add({tn::kDenseGate, tn::kDenseUp, tn::kDenseDown});
+    return order;
+  }
+  add({tn::kRouter, tn::kLatentDown});
+  if (c.num_shared_experts > 0) add({tn::kSharedGate, tn::kSharedUp, tn::kSharedDown});
+  add({tn::kLatentUp});
+  return order;
 }
 
 absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,

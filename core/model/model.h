@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/checkpoint/config.h"
+#include "core/checkpoint/tensor_names.h"
 #include "core/model/expert_provider.h"
 #include "core/model/sequence_state.h"
 #include "core/model/weights.h"
@@ -127,5 +129,16 @@ class Model {
   LayerSource* layers_ = nullptr;
   std::atomic<int64_t> layers_run_{0};
 };
+
+// The matrices of `layer` in the order Model::Layer multiplies them (the router at its place).
+// It lives beside the forward pass because the trunk streamer reads streamed pieces in this
+// order and the memory plan takes `whole` from it: a product moved in model.cc must move here in
+// the same change (a trunk stream test counts pieces asked for out of order).
+struct OrderedMatrix {
+  std::string name;
+  bool whole = false;  // used row by row (WholeMatrix): streamed as one piece
+};
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& config, const TensorNames& names,
+                                            int64_t layer);
 
 }  // namespace k3
