@@ -42,6 +42,12 @@ Widths<7> MoeWidths(const ModelConfig& c) {
           shared};
 }
 
+// An expert pass's in, gate, up and y, a row.
+Widths<4> ExpertPassWidths(const ModelConfig& c) {
+  const size_t latent = c.routed_expert_hidden_size, width = c.moe_intermediate_size;
+  return {latent, width, width, latent};
+}
+
 template <size_t N>
 size_t Sum(const Widths<N>& w) {
   return std::accumulate(w.begin(), w.end(), size_t{0});
@@ -92,10 +98,9 @@ uint64_t StepScratch::Bytes(const ModelConfig& c, size_t tokens) {
 }
 
 uint64_t StepScratch::ExpertPassBytes(const ModelConfig& c) {
-  // in and y of the latent width, gate and up of the expert's, and the input's layout, which
-  // holds about a latent row per row.
-  return 4 * kExpertRowsPerPass *
-         (3 * static_cast<uint64_t>(c.routed_expert_hidden_size) + 2 * c.moe_intermediate_size);
+  // And the input's layout (Mxfp4Activations), a latent row per row where the widths are
+  // multiples of its 512-column blocks, as Kimi K3's are.
+  return 4 * kExpertRowsPerPass * (Sum(ExpertPassWidths(c)) + c.routed_expert_hidden_size);
 }
 
 void StepScratch::Reserve(size_t tokens) {
@@ -152,11 +157,9 @@ StepScratch::MoeBuffers StepScratch::moe(size_t tokens) {
 
 std::unique_ptr<StepScratch::ExpertPass> StepScratch::BorrowExpertPass(size_t rows) {
   std::unique_ptr<ExpertPass> pass = passes_.Borrow();
-  const size_t latent = config_.routed_expert_hidden_size, width = config_.moe_intermediate_size;
-  Fit(pass->in, rows * latent);
-  Fit(pass->gate, rows * width);
-  Fit(pass->up, rows * width);
-  Fit(pass->y, rows * latent);
+  const Widths<4> widths = ExpertPassWidths(config_);
+  std::vector<float>* buffers[] = {&pass->in, &pass->gate, &pass->up, &pass->y};
+  for (size_t i = 0; i < widths.size(); ++i) Fit(*buffers[i], rows * widths[i]);
   return pass;
 }
 
