@@ -241,14 +241,21 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   if (any_held) f.layer_held_bytes = std::move(held);
   f.piece_bytes = ring.piece_bytes > 0 ? ring.piece_bytes
                                        : std::min(kDefaultPieceBytes, io::AlignUp(largest_matrix));
-  uint64_t largest_piece = 0, largest_whole = 0, scratch = 0;
+  uint64_t largest_piece = 0, largest_whole = 0, scratch = 0, most_piece_rows = 0;
+  const std::string lm_head = ckpt.names().Global(tensor_name::kLmHead);
   for (const auto& [t, is_whole] : matrices) {
     const PackedTensor* packed = ring.pack != nullptr ? ring.pack->Find(t->name) : nullptr;
+    const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
     if (packed == nullptr || !packed->compressed()) {
-      largest_piece = std::max(largest_piece, LargestPiece(*t, f.piece_bytes, is_whole));
+      const uint64_t piece = LargestPiece(*t, f.piece_bytes, is_whole);
+      largest_piece = std::max(largest_piece, piece);
+      // lm_head multiplies a row a sequence, or kPositionLogitsRows (buffer_bytes_per_sequence
+      // and the 8 MiB below), never a chunk.
+      if (!is_whole && t->name != lm_head) {
+        most_piece_rows = std::max(most_piece_rows, piece / row_bytes);
+      }
       continue;
     }
-    const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
     const auto pieces = BlockPieces(*packed, f.piece_bytes, is_whole);
     for (const auto& piece : pieces) {
       uint64_t rows = 0;
@@ -307,7 +314,10 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   if (const TensorInfo* e = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding))) {
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
-  f.prefill_bytes_per_token = StepScratch::BytesPerToken(c);
+  // A streamed product puts a piece's products for every token in [tokens, piece rows] before
+  // copying them to their columns (StreamedMatMul in core/model/weights.cc), beside the step
+  // scratch: up to 48 KB a token more at Kimi K3's shapes (KDA's f_b is one piece of 12,288 rows).
+  f.prefill_bytes_per_token = StepScratch::BytesPerToken(c) + 4 * most_piece_rows;
   const uint64_t per_token = f.prefill_bytes_per_token;
   const uint64_t embedding_row = f.embedding_row_bytes;
   f.buffer_bytes_per_sequence = per_token + 4ull * c.vocab_size;
@@ -316,7 +326,7 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   // group of activations, kernels/internal/panel-inl.h) and expert pass, and 8 MiB of I/O
   // bookkeeping and small allocations.
   f.prefill_chunk = prefill_chunk;
-  f.buffer_bytes = StepScratch::Bytes(c, prefill_chunk) + 2 * 4ull * c.vocab_size +
+  f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size +
                    kEmbeddingRowsPerRead * (io::AlignUp(embedding_row) + io::kDirectAlignment) +
                    (threads + 1) * (kProductScratchBytes + StepScratch::ExpertPassBytes(c)) +
                    (8u << 20);

@@ -103,7 +103,7 @@ struct ModelFootprint {
   int64_t context = 0;             // the planned context length, in tokens a sequence
   uint64_t state_bytes_per_token = 0;    // what each token of context adds to one sequence's state
   uint64_t buffer_bytes = 0;             // activations, logits, embedding rows, I/O bookkeeping
-  uint64_t prefill_bytes_per_token = 0;  // a chunk token's activations: StepScratch::BytesPerToken
+  uint64_t prefill_bytes_per_token = 0;  // activations and streamed products a chunk token adds
   int64_t prefill_chunk = 0;             // the chunk buffer_bytes holds
   // Sequences the state and buffers are planned for (a batch), and what each one adds.
   int sequences = 1;
