@@ -73,6 +73,7 @@ class Model {
         LayerSource& layers)
       : config_(config), trunk_(trunk), experts_(experts), layers_(&layers), scratch_(config) {}
 
+  // Steps (Forward, ForwardBatch) run one at a time: they share the model's step scratch.
   // Runs `ids` after the tokens already in `state` and appends them to it. Writes the logits
   // of the last token ([vocab]) or, with all_positions, of every token ([ids.size(), vocab]).
   // Ids outside the vocabulary are InvalidArgument; I/O and corrupt experts are errors that
