@@ -7,11 +7,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/model/model.h"
-#include "core/util/proc_fields.h"
-#include "core/util/progress.h"
 #include "core/checkpoint/tensor_names.h"
 #include "core/checkpoint/trunk_codec.h"
+#include "core/model/model.h"
+#include "core/model/step_scratch.h"
+#include "core/util/proc_fields.h"
+#include "core/util/progress.h"
 #include "io/aligned_buffer.h"
 #include "pipeline/held_trunk.h"
 
@@ -194,40 +195,6 @@ uint64_t ModelFootprint::trunk_bytes() const {
   return n;
 }
 
-uint64_t PrefillBytesPerToken(const ModelConfig& c) {
-  const uint64_t d = c.hidden_size, latent = c.routed_expert_hidden_size,
-                 top = c.num_experts_per_token;
-  const uint64_t heads = c.num_attention_heads;
-  // Alive through every layer (core/model/model.cc): the forward pass's prefix, h and x, the
-  // layer's h, x and branch, and the Block AttnRes snapshots, one per block begun.
-  const uint64_t blocks =
-      (c.num_layers + c.attn_res_block_size - 1) / std::max<int64_t>(1, c.attn_res_block_size);
-  const uint64_t stream = (6 + blocks) * d;
-  // Alive within one part of a layer, the largest of them: KDA's six projections and its
-  // low-rank gate and beta; MLA's query, latent, gate and output; the dense MLP's gate and up;
-  // the MoE's router logits, latent input, shared output, one slot per routed expert, their sum
-  // and the fused shared MLP's gate and up (an expert's own buffers hold at most
-  // kExpertRowsPerPass rows: ExpertPassBytes).
-  const uint64_t kda = 6 * static_cast<uint64_t>(c.kda_width()) + c.kda_head_dim + c.kda_num_heads;
-  const uint64_t mla = c.q_lora_rank + heads * c.mla_q_head_dim() + c.kv_lora_rank +
-                       c.qk_rope_head_dim + 2 * heads * c.v_head_dim;
-  const uint64_t dense = 2 * static_cast<uint64_t>(c.intermediate_size);
-  const uint64_t moe =
-      c.num_experts + (top + 2) * latent + d + 2 * static_cast<uint64_t>(c.shared_width());
-  return 4 * (stream + std::max({kda, mla, dense, moe}));
-}
-
-namespace {
-
-// One compute thread's buffers for an expert: kExpertRowsPerPass rows of its input (and their
-// layout), gate, up and output.
-uint64_t ExpertPassBytes(const ModelConfig& c) {
-  return 4 * kExpertRowsPerPass *
-         (3 * static_cast<uint64_t>(c.routed_expert_hidden_size) + 2 * c.moe_intermediate_size);
-}
-
-}  // namespace
-
 ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,
                                 const RingOptions& ring) {
   const ModelConfig& c = ckpt.config();
@@ -274,14 +241,21 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   if (any_held) f.layer_held_bytes = std::move(held);
   f.piece_bytes = ring.piece_bytes > 0 ? ring.piece_bytes
                                        : std::min(kDefaultPieceBytes, io::AlignUp(largest_matrix));
-  uint64_t largest_piece = 0, largest_whole = 0, scratch = 0;
+  uint64_t largest_piece = 0, largest_whole = 0, scratch = 0, most_piece_rows = 0;
+  const std::string lm_head = ckpt.names().Global(tensor_name::kLmHead);
   for (const auto& [t, is_whole] : matrices) {
     const PackedTensor* packed = ring.pack != nullptr ? ring.pack->Find(t->name) : nullptr;
+    const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
     if (packed == nullptr || !packed->compressed()) {
-      largest_piece = std::max(largest_piece, LargestPiece(*t, f.piece_bytes, is_whole));
+      const uint64_t piece = LargestPiece(*t, f.piece_bytes, is_whole);
+      largest_piece = std::max(largest_piece, piece);
+      // lm_head multiplies a row a sequence, or kPositionLogitsRows (buffer_bytes_per_sequence
+      // and the 8 MiB below), never a chunk.
+      if (!is_whole && t->name != lm_head) {
+        most_piece_rows = std::max(most_piece_rows, piece / row_bytes);
+      }
       continue;
     }
-    const uint64_t row_bytes = t->byte_size / static_cast<uint64_t>(t->shape[0]);
     const auto pieces = BlockPieces(*packed, f.piece_bytes, is_whole);
     for (const auto& piece : pieces) {
       uint64_t rows = 0;
@@ -340,17 +314,22 @@ ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int
   if (const TensorInfo* e = ckpt.Find(ckpt.names().Global(tensor_name::kEmbedding))) {
     f.embedding_row_bytes = e->byte_size / std::max<int64_t>(1, e->shape[0]);
   }
-  f.prefill_bytes_per_token = PrefillBytesPerToken(c);
+  // A streamed product puts a piece's products for every token in [tokens, piece rows] before
+  // copying them to their columns (StreamedMatMul in core/model/weights.cc), beside the step
+  // scratch: up to 48 KB a token more at Kimi K3's shapes (KDA's f_b is one piece of 12,288 rows).
+  f.prefill_bytes_per_token = StepScratch::BytesPerToken(c) + 4 * most_piece_rows;
   const uint64_t per_token = f.prefill_bytes_per_token;
   const uint64_t embedding_row = f.embedding_row_bytes;
   f.buffer_bytes_per_sequence = per_token + 4ull * c.vocab_size;
-  // The chunk's activations, the logits, the embedding rows read on demand, each compute
-  // thread's product scratch (one token group of activations, kernels/internal/panel-inl.h)
-  // and expert buffers, and 8 MiB of I/O bookkeeping and small allocations.
+  // The chunk's activations (the forward pass's StepScratch, counted from its own layout), the
+  // logits, the embedding rows read on demand, each compute thread's product scratch (one token
+  // group of activations, kernels/internal/panel-inl.h) and expert pass, and 8 MiB of I/O
+  // bookkeeping and small allocations.
   f.prefill_chunk = prefill_chunk;
   f.buffer_bytes = per_token * prefill_chunk + 2 * 4ull * c.vocab_size +
                    kEmbeddingRowsPerRead * (io::AlignUp(embedding_row) + io::kDirectAlignment) +
-                   (threads + 1) * (kProductScratchBytes + ExpertPassBytes(c)) + (8u << 20);
+                   (threads + 1) * (kProductScratchBytes + StepScratch::ExpertPassBytes(c)) +
+                   (8u << 20);
   return f;
 }
 

@@ -106,7 +106,7 @@ struct ModelFootprint {
   int64_t context = 0;             // the planned context length, in tokens a sequence
   uint64_t state_bytes_per_token = 0;    // what each token of context adds to one sequence's state
   uint64_t buffer_bytes = 0;             // activations, logits, embedding rows, I/O bookkeeping
-  uint64_t prefill_bytes_per_token = 0;  // what each token of a prefill chunk adds to them
+  uint64_t prefill_bytes_per_token = 0;  // activations and streamed products a chunk token adds
   int64_t prefill_chunk = 0;             // the chunk buffer_bytes holds
   // Sequences the state and buffers are planned for (a batch), and what each one adds.
   int sequences = 1;
@@ -135,10 +135,6 @@ struct ModelFootprint {
 // (MemoryPlan::pinned_compressed): a layer's matrix stored compressed that the forward pass
 // multiplies (not one used row by row, `whole`; the routers and lm_head stay decoded).
 bool HeldCompressed(const TensorSpec& spec, const PackedTensor* packed, bool whole);
-
-// The activations one token of a prefill chunk holds at the peak of a layer (the forward pass in
-// core/model/model.cc).
-uint64_t PrefillBytesPerToken(const ModelConfig& config);
 
 // `max_context` sizes the MLA latent cache; `prefill_chunk` the activation buffers.
 ModelFootprint MeasureFootprint(const Checkpoint& ckpt, int64_t max_context, int64_t prefill_chunk,

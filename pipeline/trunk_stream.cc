@@ -5,9 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/util/numeric.h"
 #include "core/checkpoint/tensor_names.h"
 #include "core/checkpoint/trunk_codec.h"
+#include "core/model/model.h"
+#include "core/util/numeric.h"
 #include "oneapi/tbb/parallel_for.h"
 
 namespace k3 {

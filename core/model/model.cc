@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint/tensor_names.h"
 #include "kernels/model_ops.h"
 #include "kernels/ops.h"
 
 namespace k3 {
 namespace {
 
+namespace tn = tensor_name;
 using kernels::Sigmoid;
 
 // MLA LoRA norms use the first-party default epsilon, not rms_norm_eps (MODEL.md 0 Q1).
@@ -22,20 +26,19 @@ constexpr float kMlaLoraEps = 1e-6f;
 constexpr float kL2Eps = 1e-6f;  // KDA q/k L2 norm, added to the sum of squares
 constexpr size_t kRowsPerTask = 64;
 
-std::span<float> Row(std::vector<float>& v, size_t row, size_t width) {
-  return {v.data() + row * width, width};
+std::span<float> Row(std::span<float> v, size_t row, size_t width) {
+  return v.subspan(row * width, width);
 }
 std::span<const float> Row(std::span<const float> v, size_t row, size_t width) {
   return v.subspan(row * width, width);
 }
 
-// Keeps the rows of `a` (`width` floats each) that `keep` lists, in order.
-void KeepRows(std::vector<float>& a, std::span<const size_t> keep, size_t width) {
-  std::vector<float> kept(keep.size() * width);
+// Moves the rows of `a` (`width` floats each) that `keep` lists, ascending, to its front in order:
+// a row never moves back over one still to be read.
+void KeepRows(std::span<float> a, std::span<const size_t> keep, size_t width) {
   for (size_t i = 0; i < keep.size(); ++i) {
-    std::copy_n(a.begin() + keep[i] * width, width, kept.begin() + i * width);
+    if (keep[i] != i) std::copy_n(a.begin() + keep[i] * width, width, a.begin() + i * width);
   }
-  a = std::move(kept);
 }
 
 bool Cancelled(const Model::Rows& rows) {
@@ -43,10 +46,10 @@ bool Cancelled(const Model::Rows& rows) {
 }
 
 // Takes the segments cancelled since the last layer out of the step: their rows leave the
-// stacked tokens, the residual stream and every block snapshot. False when none was.
-bool DropCancelled(std::vector<Model::Rows>& rows, std::vector<int32_t>& ids,
-                   std::vector<float>& prefix, std::vector<std::vector<float>>& snapshots,
-                   size_t width) {
+// stacked tokens, the residual stream and the first `blocks` block snapshots. False when none
+// was.
+bool DropCancelled(std::vector<Model::Rows>& rows, std::vector<int32_t>& ids, StepScratch& scratch,
+                   size_t blocks, size_t width) {
   if (std::none_of(rows.begin(), rows.end(), Cancelled)) return false;
   std::vector<size_t> keep;  // token rows that stay
   std::vector<Model::Rows> kept_rows;
@@ -57,11 +60,12 @@ bool DropCancelled(std::vector<Model::Rows>& rows, std::vector<int32_t>& ids,
     kept_rows.push_back(kept);
     for (size_t t = 0; t < r.count; ++t) keep.push_back(r.first + t);
   }
+  const size_t tokens = ids.size();
   std::vector<int32_t> kept_ids(keep.size());
   for (size_t i = 0; i < keep.size(); ++i) kept_ids[i] = ids[keep[i]];
   ids = std::move(kept_ids);
-  KeepRows(prefix, keep, width);
-  for (std::vector<float>& snapshot : snapshots) KeepRows(snapshot, keep, width);
+  KeepRows(scratch.prefix(tokens), keep, width);
+  for (size_t b = 0; b < blocks; ++b) KeepRows(scratch.snapshot(b, tokens), keep, width);
   rows = std::move(kept_rows);
   return true;
 }
@@ -118,7 +122,8 @@ Model::Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvide
       trunk_(trunk),
       experts_(experts),
       resident_(std::make_unique<ResidentLayers>(trunk)),
-      layers_(resident_.get()) {}
+      layers_(resident_.get()),
+      scratch_(config) {}
 
 void Model::NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight,
                      float eps, std::span<float> out) const {
@@ -128,36 +133,37 @@ void Model::NormRows(std::span<const float> x, size_t tokens, std::span<const fl
   }
 }
 
-void Model::AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<const float> prefix,
-                    size_t tokens, std::span<const float> fold, std::span<float> out) const {
+void Model::AttnRes(size_t blocks, std::span<const float> prefix, size_t tokens,
+                    std::span<const float> fold, std::span<float> out) const {
   const size_t d = fold.size();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   ForEachToken(tokens, [&](size_t t) {
     std::vector<const float*> candidates;
-    for (const auto& s : snapshots) candidates.push_back(s.data() + t * d);
+    for (size_t b = 0; b < blocks; ++b) {
+      candidates.push_back(scratch_.snapshot(b, tokens).data() + t * d);
+    }
     candidates.push_back(prefix.data() + t * d);
     kernels::AttnResMix(candidates, fold, eps, out.subspan(t * d, d));
   });
 }
 
 void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
-                std::span<const Rows> rows, size_t tokens, std::span<float> out) const {
+                std::span<const Rows> rows, size_t tokens, const StepScratch::KdaBuffers& b,
+                std::span<float> out) const {
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
-  std::vector<float> q(tokens * width), k(tokens * width), v(tokens * width), gate(tokens * width),
-      z(tokens * width), low(tokens * dim), beta(tokens * heads);
+  const auto [q, k, v, gate, z, o, low, beta] = b;
   // The output's buffer holds the raw projections first: one activation of a prompt chunk less.
-  std::vector<float> o(tokens * width);
-  std::vector<float>& raw = o;
+  const std::span<float> raw = o;
   // Projections, then the causal convolutions (which advance the carried history).
-  const std::pair<const Matrix*, std::vector<float>*> qkv[3] = {{&w.q, &q}, {&w.k, &k}, {&w.v, &v}};
+  const std::pair<const Matrix*, std::span<float>> qkv[3] = {{&w.q, q}, {&w.k, k}, {&w.v, v}};
   const std::vector<float>* conv[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
   for (int i = 0; i < 3; ++i) {
     MatMul(*qkv[i].first, x, tokens, raw);
     for (const Rows& r : rows) {  // each sequence's convolution carries its own history
       const size_t at = r.first * width, n = r.count * width;
       kernels::ShortConvSilu({raw.data() + at, n}, r.count, width, *conv[i], kernel,
-                             r.state->conv_history(layer, i), {qkv[i].second->data() + at, n});
+                             r.state->conv_history(layer, i), qkv[i].second.subspan(at, n));
     }
   }
   MatMul(w.g, x, tokens, gate);
@@ -193,12 +199,13 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
 }
 
 void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
-                std::span<const Rows> rows, size_t tokens, std::span<float> out) const {
+                std::span<const Rows> rows, size_t tokens, const StepScratch::MlaBuffers& b,
+                std::span<float> out) {
   const size_t heads = config_.num_attention_heads, nope = config_.qk_nope_head_dim,
                rope = config_.qk_rope_head_dim, vdim = config_.v_head_dim,
-               latent = config_.kv_lora_rank, qrank = config_.q_lora_rank;
+               latent = config_.kv_lora_rank;
   const size_t qwidth = nope + rope, kvwidth = nope + vdim, row_width = latent + rope;
-  std::vector<float> cq(tokens * qrank), q(tokens * heads * qwidth), kv(tokens * row_width);
+  const auto [cq, q, kv, gate, o] = b;
   MatMul(w.q_a, x, tokens, cq);
   NormRows(cq, tokens, w.q_a_norm, kMlaLoraEps, cq);
   MatMul(w.q_b, cq, tokens, q);
@@ -216,12 +223,11 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
     cache.insert(cache.end(), kv.begin() + rows[r].first * row_width,
                  kv.begin() + (rows[r].first + rows[r].count) * row_width);
   }
-  std::vector<float> gate(tokens * heads * vdim), o(tokens * heads * vdim);
   if (w.g.present()) MatMul(w.g, x, tokens, gate);
   const float scale = 1.0f / std::sqrt(static_cast<float>(qwidth));
   {
     const WholeMatrix kv_b_view(w.kv_b);  // used row by row: held whole through the attention
-    if (!kv_b_view.ok()) return;          // the source keeps the error; the layer fails
+    if (!kv_b_view.loaded()) return;          // the source keeps the error; the layer fails
     const Matrix& kv_b = kv_b_view.get();
     for (size_t t = 0; t < tokens; ++t) {
       const size_t r = RowsOf(rows, t);
@@ -231,7 +237,10 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
       tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
         std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
         // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
-        std::vector<float> q_hat(latent, 0.0f), ctx(latent), scores(positions);
+        std::unique_ptr<StepScratch::AttentionHead> head = scratch_.BorrowAttentionHead(positions);
+        const std::span<float> q_hat(head->q_hat.data(), latent), ctx(head->ctx.data(), latent),
+            scores(head->scores.data(), positions);
+        std::fill(q_hat.begin(), q_hat.end(), 0.0f);
         for (size_t j = 0; j < nope; ++j) RowAxpy(kv_b, h * kvwidth + j, qh[j], q_hat);
         kernels::MlaAttendHead(q_hat, qh.subspan(nope, rope), cache, positions, latent, rope, scale,
                                scores, ctx);
@@ -240,6 +249,7 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
           o[at] = RowDot(kv_b, h * kvwidth + nope + i, ctx);
           if (w.g.present()) o[at] *= Sigmoid(gate[at]);
         }
+        scratch_.ReturnAttentionHead(std::move(head));
       });
     }
   }
@@ -248,8 +258,10 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
 
 // The SiTU-gated MLP of the dense layers and of the fused shared experts.
 void Model::SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
-                    std::span<const float> x, size_t tokens, std::span<float> out) const {
-  std::vector<float> gate(tokens * gate_w.rows), up(tokens * up_w.rows);
+                    std::span<const float> x, size_t tokens, const StepScratch::MlpBuffers& b,
+                    std::span<float> out) const {
+  const std::span<float> gate = b.gate.first(tokens * gate_w.rows);
+  const std::span<float> up = b.up.first(tokens * up_w.rows);
   MatMul(gate_w, x, tokens, gate);
   MatMul(up_w, x, tokens, up);
   kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
@@ -257,11 +269,12 @@ void Model::SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down
 }
 
 absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
-                        std::span<float> out) const {
+                        std::span<float> out) {
   const size_t experts = config_.num_experts, top = config_.num_experts_per_token;
   const size_t latent = config_.routed_expert_hidden_size, width = config_.moe_intermediate_size;
+  const StepScratch::MoeBuffers b = scratch_.moe(tokens);
+  const std::span<float> logits = b.logits, z = b.z, shared = b.shared, slots = b.slots;
   // Route every token on the full width, in fp32.
-  std::vector<float> logits(tokens * experts);
   MatMul(w.router, x, tokens, logits);
   std::vector<std::vector<kernels::RoutedExpert>> routes(tokens);
   const bool renormalize = config_.moe_renormalize && top > 1;
@@ -282,23 +295,23 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
     wanted_users.push_back(&u);
   }
   experts_.StartFetch(layer, wanted);
-  std::vector<float> z(tokens * latent);
   MatMul(w.latent_down, x, tokens, z);
-  std::vector<float> shared(config_.num_shared_experts > 0 ? tokens * config_.hidden_size : 0);
   std::function<void()> alongside;
   if (!shared.empty()) {  // one fused MLP on the full width, unweighted
-    alongside = [&] { SituMlp(w.shared_gate, w.shared_up, w.shared_down, x, tokens, shared); };
+    alongside = [&] {
+      SituMlp(w.shared_gate, w.shared_up, w.shared_down, x, tokens, b.shared_mlp, shared);
+    };
   }
   // Each expert's output goes to its own slot, whatever order the bytes arrive in.
-  std::vector<float> slots(tokens * top * latent);
   // An expert's rows go kExpertRowsPerPass at a time (a row's result does not depend on the
   // rows beside it), so that a chunk whose tokens all choose one expert needs no more memory
   // than one whose tokens spread.
   auto use = [&](size_t i, const ExpertWeights& ew) {
     const auto& u = *wanted_users[i];
     const size_t pass = std::min(u.size(), kExpertRowsPerPass);
-    std::vector<float> in(pass * latent), gate(pass * width), up(pass * width), y(pass * latent);
-    kernels::Mxfp4Activations batch;  // gate and up share one layout of the input
+    std::unique_ptr<StepScratch::ExpertPass> buffers = scratch_.BorrowExpertPass(pass);
+    const std::span<float> in = buffers->in, gate = buffers->gate, up = buffers->up, y = buffers->y;
+    kernels::Mxfp4Activations& batch = buffers->batch;  // gate and up share one layout of the input
     for (size_t first = 0; first < u.size(); first += pass) {
       const size_t n = std::min(pass, u.size() - first);
       for (size_t r = 0; r < n; ++r) {
@@ -316,10 +329,12 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
         std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
       }
     }
+    scratch_.ReturnExpertPass(std::move(buffers));
   };
   if (absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside); !s.ok()) return s;
   // Fixed-order weighted sum (descending score), latent norm, up-projection.
-  std::vector<float> agg(tokens * latent, 0.0f);
+  const std::span<float> agg = b.agg;
+  std::fill(agg.begin(), agg.end(), 0.0f);
   for (size_t t = 0; t < tokens; ++t) {
     std::span<float> a = Row(agg, t, latent);
     for (size_t j = 0; j < top; ++j) {
@@ -335,42 +350,72 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
 }
 
 absl::Status Model::Layer(int64_t l, const LayerWeights& lw, std::span<const Rows> rows,
-                          size_t tokens, std::vector<std::vector<float>>& snapshots,
-                          std::vector<float>& prefix) {
+                          size_t tokens, size_t& blocks) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  std::vector<float> h(prefix.size()), x(prefix.size()), branch(prefix.size());
-  if (snapshots.empty()) {
-    h = prefix;
+  const std::span<float> prefix = scratch_.prefix(tokens), h = scratch_.h(tokens),
+                         x = scratch_.x(tokens), branch = scratch_.branch(tokens);
+  if (blocks == 0) {
+    std::copy(prefix.begin(), prefix.end(), h.begin());
   } else {
-    AttnRes(snapshots, prefix, tokens, lw.attn_res_fold, h);
+    AttnRes(blocks, prefix, tokens, lw.attn_res_fold, h);
   }
-  // On a boundary the old prefix is pushed after serving as the last candidate above.
+  // On a boundary the old prefix is kept after serving as the last candidate above.
   const bool fresh_block = config_.is_block_boundary(l);
-  if (fresh_block) snapshots.push_back(prefix);
+  if (fresh_block) {
+    std::copy(prefix.begin(), prefix.end(), scratch_.snapshot(blocks++, tokens).begin());
+  }
   NormRows(h, tokens, lw.input_norm, eps, x);
   const bool kda = config_.attention_kind(l) == AttentionKind::kKda;
   // The projections run on every row at once (one read of the weights); the recurrence and the
   // attention on each sequence's own state.
   if (kda) {
-    Kda(l, lw.kda, x, rows, tokens, branch);
+    Kda(l, lw.kda, x, rows, tokens, scratch_.kda(tokens), branch);
   } else {
-    Mla(l, lw.mla, x, rows, tokens, branch);
+    Mla(l, lw.mla, x, rows, tokens, scratch_.mla(tokens), branch);
   }
   if (fresh_block) {
-    prefix = branch;
+    std::copy(branch.begin(), branch.end(), prefix.begin());
   } else {
     for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
   }
-  AttnRes(snapshots, prefix, tokens, lw.mlp_res_fold, h);
+  AttnRes(blocks, prefix, tokens, lw.mlp_res_fold, h);
   NormRows(h, tokens, lw.post_norm, eps, x);
   experts_.Lookahead(l, x, tokens);
   if (config_.is_dense(l)) {
-    SituMlp(lw.dense.gate, lw.dense.up, lw.dense.down, x, tokens, branch);
+    SituMlp(lw.dense.gate, lw.dense.up, lw.dense.down, x, tokens, scratch_.dense(tokens), branch);
   } else if (absl::Status s = Moe(l, lw.moe, x, tokens, branch); !s.ok()) {
     return s;
   }
   for (size_t i = 0; i < prefix.size(); ++i) prefix[i] += branch[i];
   return absl::OkStatus();
+}
+
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& c, const TensorNames& n, int64_t l) {
+  std::vector<OrderedMatrix> order;
+  auto add = [&](std::initializer_list<std::string_view> names) {
+    for (std::string_view name : names) order.push_back({n.Layer(l, name)});
+  };
+  // Model::Kda, Model::Mla (kv_b is used row by row between the gate and o_proj).
+  if (c.attention_kind(l) == AttentionKind::kKda) {
+    add({tn::kKdaQ, tn::kKdaK, tn::kKdaV, tn::kAttnGate, tn::kKdaFA, tn::kKdaFB, tn::kKdaB,
+         tn::kAttnOut});
+  } else {
+    add({tn::kMlaQA, tn::kMlaQB, tn::kMlaKvA});
+    if (c.mla_use_output_gate) add({tn::kAttnGate});
+    add({tn::kMlaKvB});
+    order.back().whole = true;
+    add({tn::kAttnOut});
+  }
+  // Model::SituMlp for the dense layers; Model::Moe: router, latent down-projection, the shared
+  // experts (alongside the routed ones), latent up-projection.
+  if (c.is_dense(l)) {
+    add({tn::kDenseGate, tn::kDenseUp, tn::kDenseDown});
+    return order;
+  }
+  add({tn::kRouter, tn::kLatentDown});
+  if (c.num_shared_experts > 0) add({tn::kSharedGate, tn::kSharedUp, tn::kSharedDown});
+  add({tn::kLatentUp});
+  return order;
 }
 
 absl::Status Model::Forward(std::span<const int32_t> ids, SequenceState& state, bool all_positions,
@@ -408,20 +453,21 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
   }
   const size_t d = config_.hidden_size;
   const size_t vocab = config_.vocab_size;
-  // The residual stream per token: the running prefix P and the block snapshots B.
-  std::vector<float> prefix(ids.size() * d);
-  if (absl::Status s = layers_->Embed(ids, prefix); !s.ok()) return s;
-  std::vector<std::vector<float>> snapshots;
+  // The residual stream per token (the running prefix P and the block snapshots B) and every
+  // layer's activations live in the scratch, grown here and only here.
+  scratch_.Reserve(ids.size());
+  if (absl::Status s = layers_->Embed(ids, scratch_.prefix(ids.size())); !s.ok()) return s;
+  size_t blocks = 0;  // snapshots taken
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     auto lw = layers_->AcquireLayer(l);
     if (!lw.ok()) return lw.status();
-    absl::Status s = Layer(l, **lw, rows, ids.size(), snapshots, prefix);
+    absl::Status s = Layer(l, **lw, rows, ids.size(), blocks);
     layers_->ReleaseLayer(l);
     if (s.ok()) s = layers_->TakeError();
     if (!s.ok()) return s;
     layers_run_.fetch_add(1, std::memory_order_relaxed);
-    if (observer) observer(l, prefix);
-    if (l + 1 < config_.num_layers && DropCancelled(rows, ids, prefix, snapshots, d) &&
+    if (observer) observer(l, scratch_.prefix(ids.size()));
+    if (l + 1 < config_.num_layers && DropCancelled(rows, ids, scratch_, blocks, d) &&
         rows.empty()) {
       logits.assign(segments.size() * (all_positions ? segments[0].ids.size() : 1) * vocab, 0.f);
       return absl::OkStatus();
@@ -429,14 +475,14 @@ absl::Status Model::Run(std::span<const BatchSegment> segments, bool all_positio
   }
   const size_t tokens = ids.size();
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  std::vector<float> h(tokens * d), x(tokens * d);
-  AttnRes(snapshots, prefix, tokens, trunk_.output_res_fold, h);
+  const std::span<float> h = scratch_.h(tokens), x = scratch_.x(tokens);
+  AttnRes(blocks, scratch_.prefix(tokens), tokens, trunk_.output_res_fold, h);
   NormRows(h, tokens, trunk_.final_norm, eps, x);
   if (all_positions) {
     logits.resize(tokens * vocab);
     MatMul(trunk_.lm_head, x, tokens, logits);
   } else {  // the last row of each segment, in one pass over lm_head
-    std::vector<float> last(rows.size() * d);
+    const std::span<float> last = h.first(rows.size() * d);  // h is spent once normalised into x
     for (size_t r = 0; r < rows.size(); ++r) {
       const auto row = Row(std::span<const float>(x), rows[r].first + rows[r].count - 1, d);
       std::copy(row.begin(), row.end(), last.begin() + r * d);

@@ -10,18 +10,18 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/checkpoint/config.h"
+#include "core/checkpoint/tensor_names.h"
 #include "core/model/expert_provider.h"
 #include "core/model/sequence_state.h"
+#include "core/model/step_scratch.h"
 #include "core/model/weights.h"
 
 namespace k3 {
-
-// The most rows of one routed expert multiplied at once (memory_plan.cc counts their buffers).
-inline constexpr size_t kExpertRowsPerPass = 256;
 
 // Per-layer hook: called after each layer with the token count and the layer's output prefix
 // P [tokens, hidden] (for tests that check activations layer by layer).
@@ -71,8 +71,9 @@ class Model {
   // Layers from `layers` (the globals from `trunk`).
   Model(const ModelConfig& config, const TrunkWeights& trunk, ExpertProvider& experts,
         LayerSource& layers)
-      : config_(config), trunk_(trunk), experts_(experts), layers_(&layers) {}
+      : config_(config), trunk_(trunk), experts_(experts), layers_(&layers), scratch_(config) {}
 
+  // Steps (Forward, ForwardBatch) run one at a time: they share the model's step scratch.
   // Runs `ids` after the tokens already in `state` and appends them to it. Writes the logits
   // of the last token ([vocab]) or, with all_positions, of every token ([ids.size(), vocab]).
   // Ids outside the vocabulary are InvalidArgument; I/O and corrupt experts are errors that
@@ -92,6 +93,8 @@ class Model {
   // Layers run since the model was made, over every step: a clock in layers, by which a
   // cancellation is measured (it takes effect at the next layer).
   int64_t layers_run() const { return layers_run_.load(std::memory_order_relaxed); }
+  // The activations of a step, grown to the most tokens a step has run.
+  const StepScratch& step_scratch() const { return scratch_; }
 
   // A segment's rows in the stacked activations.
   struct Rows {
@@ -104,19 +107,21 @@ class Model {
  private:
   absl::Status Run(std::span<const BatchSegment> segments, bool all_positions,
                    std::vector<float>& logits, const LayerObserver& observer);
-  void AttnRes(const std::vector<std::vector<float>>& snapshots, std::span<const float> prefix,
-               size_t tokens, std::span<const float> fold, std::span<float> out) const;
+  // Mixes the first `blocks` snapshots and `prefix` into `out`.
+  void AttnRes(size_t blocks, std::span<const float> prefix, size_t tokens,
+               std::span<const float> fold, std::span<float> out) const;
   void Kda(int64_t layer, const KdaWeights& w, std::span<const float> x, std::span<const Rows> rows,
-           size_t tokens, std::span<float> out) const;
+           size_t tokens, const StepScratch::KdaBuffers& b, std::span<float> out) const;
   void Mla(int64_t layer, const MlaWeights& w, std::span<const float> x, std::span<const Rows> rows,
-           size_t tokens, std::span<float> out) const;
+           size_t tokens, const StepScratch::MlaBuffers& b, std::span<float> out);
   void SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
-               std::span<const float> x, size_t tokens, std::span<float> out) const;
+               std::span<const float> x, size_t tokens, const StepScratch::MlpBuffers& b,
+               std::span<float> out) const;
   absl::Status Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
-                   std::span<float> out) const;
+                   std::span<float> out);
+  // Runs layer `layer` on the scratch's prefix; `blocks` counts the snapshots taken so far.
   absl::Status Layer(int64_t layer, const LayerWeights& lw, std::span<const Rows> rows,
-                     size_t tokens, std::vector<std::vector<float>>& snapshots,
-                     std::vector<float>& prefix);
+                     size_t tokens, size_t& blocks);
   void NormRows(std::span<const float> x, size_t tokens, std::span<const float> weight, float eps,
                 std::span<float> out) const;
   void PositionLogits(std::span<const float> x, const Rows& rows,
@@ -128,6 +133,18 @@ class Model {
   std::unique_ptr<LayerSource> resident_;  // when every layer is in `trunk_`
   LayerSource* layers_ = nullptr;
   std::atomic<int64_t> layers_run_{0};
+  StepScratch scratch_;  // one step runs at a time
 };
+
+// The matrices of `layer` in the order Model::Layer multiplies them (the router at its place).
+// It lives beside the forward pass because the trunk streamer reads streamed pieces in this
+// order and the memory plan takes `whole` from it: a product moved in model.cc must move here in
+// the same change (a trunk stream test counts pieces asked for out of order).
+struct OrderedMatrix {
+  std::string name;
+  bool whole = false;  // used row by row (WholeMatrix): streamed as one piece
+};
+std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& config, const TensorNames& names,
+                                            int64_t layer);
 
 }  // namespace k3

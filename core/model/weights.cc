@@ -5,7 +5,6 @@
 #include <tbb/partitioner.h>
 
 #include <cstring>
-#include <initializer_list>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -120,7 +119,7 @@ WholeMatrix::WholeMatrix(const Matrix& w) : w_(w) {
 }
 
 WholeMatrix::~WholeMatrix() {
-  if (w_.streamed() && ok()) w_.source->ReleasePiece(w_.first_piece);
+  if (w_.streamed() && loaded()) w_.source->ReleasePiece(w_.first_piece);
 }
 
 void RowToFloat(const Matrix& w, size_t row, std::span<float> out) {
@@ -389,34 +388,6 @@ bool IsResident(const TrunkResidency& r, const TensorSpec& spec) {
       break;
   }
   return spec.layer < 0 || r.layers.empty() || r.layers[spec.layer];
-}
-
-std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& c, const TensorNames& n, int64_t l) {
-  std::vector<OrderedMatrix> order;
-  auto add = [&](std::initializer_list<std::string_view> names) {
-    for (std::string_view name : names) order.push_back({n.Layer(l, name)});
-  };
-  // Model::Kda, Model::Mla (kv_b is used row by row between the gate and o_proj).
-  if (c.attention_kind(l) == AttentionKind::kKda) {
-    add({tn::kKdaQ, tn::kKdaK, tn::kKdaV, tn::kAttnGate, tn::kKdaFA, tn::kKdaFB, tn::kKdaB,
-         tn::kAttnOut});
-  } else {
-    add({tn::kMlaQA, tn::kMlaQB, tn::kMlaKvA});
-    if (c.mla_use_output_gate) add({tn::kAttnGate});
-    add({tn::kMlaKvB});
-    order.back().whole = true;
-    add({tn::kAttnOut});
-  }
-  // Model::SituMlp for the dense layers; Model::Moe: router, latent down-projection, the shared
-  // experts (alongside the routed ones), latent up-projection.
-  if (c.is_dense(l)) {
-    add({tn::kDenseGate, tn::kDenseUp, tn::kDenseDown});
-    return order;
-  }
-  add({tn::kRouter, tn::kLatentDown});
-  if (c.num_shared_experts > 0) add({tn::kSharedGate, tn::kSharedUp, tn::kSharedDown});
-  add({tn::kLatentUp});
-  return order;
 }
 
 absl::StatusOr<std::unique_ptr<TrunkWeights>> LoadTrunkWeights(

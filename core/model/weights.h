@@ -79,7 +79,7 @@ class WholeMatrix {
   WholeMatrix(const WholeMatrix&) = delete;
   WholeMatrix& operator=(const WholeMatrix&) = delete;
   // False when the piece failed to load (the source keeps the error).
-  bool ok() const { return view_.data != nullptr; }
+  bool loaded() const { return view_.data != nullptr; }
   const Matrix& get() const { return view_; }
 
  private:
@@ -161,17 +161,6 @@ struct TrunkResidency {
 
 // Whether the tensor of `spec` is held in memory under `residency` (vectors always are).
 bool IsResident(const TrunkResidency& residency, const TensorSpec& spec);
-
-// The matrices of `layer` in the order the forward pass multiplies them (the router at its
-// place): the trunk streamer reads streamed pieces in this order, so a change to the order of
-// the products in core/model/model.cc must be made here too (a test counts pieces asked for out
-// of order).
-struct OrderedMatrix {
-  std::string name;
-  bool whole = false;  // used row by row (WholeMatrix): streamed as one piece
-};
-std::vector<OrderedMatrix> LayerMatrixOrder(const ModelConfig& config, const TensorNames& names,
-                                            int64_t layer);
 
 // Reads every resident tensor and makes handles for the streamed ones. `progress(done, total)`
 // reports bytes read.

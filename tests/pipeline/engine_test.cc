@@ -18,9 +18,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/model/model.h"
-#include "core/synth/synth.h"
 #include "core/checkpoint/trunk_pack.h"
+#include "core/model/model.h"
+#include "core/model/step_scratch.h"
+#include "core/synth/synth.h"
 #include "tests/pipeline/engine_run.h"
 #include "tests/util/pairwise.h"
 #include "tests/util/permute_experts.h"
@@ -190,6 +191,19 @@ TEST_F(EngineTest, AutoPrefillChunkIsTheMostAQuarterOfTheBudgetHolds) {
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ((*given)->prefill_chunk(), 7);
   EXPECT_THAT((*given)->plan().Describe(), HasSubstr("--prefill-chunk 7"));
+}
+
+// A chunk's token is planned as the forward pass's step scratch (StepScratch::Bytes, which
+// tests/model/step_scratch_test.cc checks against what the scratch allocates) and one streamed
+// piece's products: at `tiny`'s shapes every matrix is one piece, the most rows (lm_head apart)
+// 128 (MLA's q_b, 4 heads of 32; the fused shared experts' gate and up, 2 of 64).
+TEST_F(EngineTest, AChunkTokenIsPlannedAsTheStepScratchAndOnePiecesProducts) {
+  auto ckpt = Checkpoint::Open(ModelDir());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const ModelFootprint small = MeasureFootprint(**ckpt, 64, 4),
+                       large = MeasureFootprint(**ckpt, 64, 12);
+  EXPECT_EQ(small.prefill_bytes_per_token, StepScratch::BytesPerToken((*ckpt)->config()) + 4 * 128);
+  EXPECT_EQ(large.buffer_bytes - small.buffer_bytes, 8 * small.prefill_bytes_per_token);
 }
 
 TEST_F(EngineTest, MinimumBudgetStreamsTheTrunkAndTheExperts) {
