@@ -176,10 +176,10 @@ const Subcommand& InspectCommand() {
       "Then, for every memory preset (ultra ... max, and auto = 70% of the RAM available now):\n"
       "the RAM budget, the trunk layers it pins (the others stream through a ring every token)\n"
       "and the routed experts its cache holds, at a fixed context of 4096 tokens (not\n"
-      "--max-context auto) and --prefill-chunk 64; and what a decode token would read (streamed\n"
-      "trunk plus the experts the cache misses, its hit rate taken as the share of experts it\n"
-      "holds) and take at the disk's rate: --disk-gbps, or measured as k3 doctor does on the\n"
-      "largest shard (2.5 s).",
+      "--max-context auto) and the small prompt chunk (printed below; not --prefill-chunk auto);\n"
+      "and what a decode token would read (streamed trunk plus the experts the cache misses,\n"
+      "its hit rate taken as the share of experts it holds) and take at the disk's rate:\n"
+      "--disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).",
       kInspect,
       RunInspect};
   return kCommand;
