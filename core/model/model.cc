@@ -152,7 +152,10 @@ void Model::Kda(int64_t layer, const KdaWeights& w, std::span<const float> x,
                 std::span<float> out) const {
   const size_t heads = config_.kda_num_heads, dim = config_.kda_head_dim;
   const size_t width = heads * dim, kernel = config_.short_conv_kernel_size;
-  const auto [q, k, v, gate, z, o, low, beta] = b;
+  // Named copies, not structured bindings: lambdas below capture them (clang 14 refuses to
+  // capture a binding).
+  const std::span<float> q = b.q, k = b.k, v = b.v, gate = b.gate, z = b.z, o = b.o, low = b.low,
+                         beta = b.beta;
   // The output's buffer holds the raw projections first: one activation of a prompt chunk less.
   const std::span<float> raw = o;
   // Projections, then the causal convolutions (which advance the carried history).
@@ -205,7 +208,7 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
                rope = config_.qk_rope_head_dim, vdim = config_.v_head_dim,
                latent = config_.kv_lora_rank;
   const size_t qwidth = nope + rope, kvwidth = nope + vdim, row_width = latent + rope;
-  const auto [cq, q, kv, gate, o] = b;
+  const std::span<float> cq = b.cq, q = b.q, kv = b.kv, gate = b.gate, o = b.o;
   MatMul(w.q_a, x, tokens, cq);
   NormRows(cq, tokens, w.q_a_norm, kMlaLoraEps, cq);
   MatMul(w.q_b, cq, tokens, q);
@@ -227,7 +230,7 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
   const float scale = 1.0f / std::sqrt(static_cast<float>(qwidth));
   {
     const WholeMatrix kv_b_view(w.kv_b);  // used row by row: held whole through the attention
-    if (!kv_b_view.loaded()) return;          // the source keeps the error; the layer fails
+    if (!kv_b_view.loaded()) return;      // the source keeps the error; the layer fails
     const Matrix& kv_b = kv_b_view.get();
     for (size_t t = 0; t < tokens; ++t) {
       const size_t r = RowsOf(rows, t);

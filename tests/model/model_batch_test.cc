@@ -16,18 +16,8 @@ namespace {
 
 using ::k3::testing::BitIdentical;
 
-class ModelBatchTest : public ::k3::testing::TinyModelSuite {
+class ModelBatchTest : public ::k3::testing::TinyModelInMemorySuite {
  protected:
-  void SetUp() override {
-    auto c = Checkpoint::Open(ModelDir());
-    ASSERT_TRUE(c.ok()) << c.status();
-    ckpt_ = *std::move(c);
-    auto t = LoadTrunkWeights(*ckpt_);
-    ASSERT_TRUE(t.ok()) << t.status();
-    trunk_ = *std::move(t);
-    provider_ = std::make_unique<CheckpointExpertProvider>(*ckpt_);
-    model_ = std::make_unique<Model>(ckpt_->config(), *trunk_, *provider_);
-  }
   SequenceState NewState() const { return SequenceState(ckpt_->config()); }
   size_t vocab() const { return static_cast<size_t>(ckpt_->config().vocab_size); }
   int64_t layers() const { return ckpt_->config().num_layers; }
@@ -38,11 +28,6 @@ class ModelBatchTest : public ::k3::testing::TinyModelSuite {
     EXPECT_TRUE(model_->Forward(ids, state, /*all_positions=*/true, logits).ok());
     return logits;
   }
-
-  std::unique_ptr<Checkpoint> ckpt_;
-  std::unique_ptr<TrunkWeights> trunk_;
-  std::unique_ptr<CheckpointExpertProvider> provider_;
-  std::unique_ptr<Model> model_;
 };
 
 const std::vector<int32_t> kLong = {3, 7, 11, 5, 9, 2, 30, 41};

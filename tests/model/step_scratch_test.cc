@@ -16,18 +16,8 @@
 namespace k3 {
 namespace {
 
-class StepScratchTest : public ::k3::testing::TinyModelSuite {
+class StepScratchTest : public ::k3::testing::TinyModelInMemorySuite {
  protected:
-  void SetUp() override {
-    auto c = Checkpoint::Open(ModelDir());
-    ASSERT_TRUE(c.ok()) << c.status();
-    ckpt_ = *std::move(c);
-    auto t = LoadTrunkWeights(*ckpt_);
-    ASSERT_TRUE(t.ok()) << t.status();
-    trunk_ = *std::move(t);
-    provider_ = std::make_unique<CheckpointExpertProvider>(*ckpt_);
-    model_ = std::make_unique<Model>(config(), *trunk_, *provider_);
-  }
   const ModelConfig& config() const { return ckpt_->config(); }
   // `n` ids spread over the vocabulary, different for each `seed`.
   std::vector<int32_t> Ids(size_t n, int32_t seed) const {
@@ -37,11 +27,6 @@ class StepScratchTest : public ::k3::testing::TinyModelSuite {
     }
     return ids;
   }
-
-  std::unique_ptr<Checkpoint> ckpt_;
-  std::unique_ptr<TrunkWeights> trunk_;
-  std::unique_ptr<CheckpointExpertProvider> provider_;
-  std::unique_ptr<Model> model_;
 };
 
 TEST_F(StepScratchTest, NothingIsAllocatedBeforeAStep) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/checkpoint.h"
+#include "core/model/model.h"
 #include "core/synth/synth.h"
 #include "tests/util/model_cache.h"
 #include "tests/util/temp_dir.h"
@@ -49,6 +51,27 @@ class TinyModelSuite : public ::testing::Test {
   }
   static std::string ModelDir() { return dir_->path() + "/tiny"; }
   static inline TempDir* dir_ = nullptr;
+};
+
+// The tiny model opened in memory for each test: its checkpoint, its whole trunk, its experts read
+// straight from the checkpoint, and a Model over them.
+class TinyModelInMemorySuite : public TinyModelSuite {
+ protected:
+  void SetUp() override {
+    auto c = Checkpoint::Open(ModelDir());
+    ASSERT_TRUE(c.ok()) << c.status();
+    ckpt_ = *std::move(c);
+    auto t = LoadTrunkWeights(*ckpt_);
+    ASSERT_TRUE(t.ok()) << t.status();
+    trunk_ = *std::move(t);
+    provider_ = std::make_unique<CheckpointExpertProvider>(*ckpt_);
+    model_ = std::make_unique<Model>(ckpt_->config(), *trunk_, *provider_);
+  }
+
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<TrunkWeights> trunk_;
+  std::unique_ptr<CheckpointExpertProvider> provider_;
+  std::unique_ptr<Model> model_;
 };
 
 inline bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
