@@ -240,7 +240,7 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
       tbb::parallel_for(size_t{0}, heads, [&](size_t h) {
         std::span<const float> qh(q.data() + (t * heads + h) * qwidth, qwidth);
         // Absorbed form: q_hat = W_UK^T q_nope, attend over latents, then W_UV.
-        std::unique_ptr<StepScratch::AttentionHead> head = scratch_.BorrowAttentionHead(positions);
+        const auto head = scratch_.BorrowAttentionHead(positions);
         const std::span<float> q_hat(head->q_hat.data(), latent), ctx(head->ctx.data(), latent),
             scores(head->scores.data(), positions);
         std::fill(q_hat.begin(), q_hat.end(), 0.0f);
@@ -252,7 +252,6 @@ void Model::Mla(int64_t layer, const MlaWeights& w, std::span<const float> x,
           o[at] = RowDot(kv_b, h * kvwidth + nope + i, ctx);
           if (w.g.present()) o[at] *= Sigmoid(gate[at]);
         }
-        scratch_.ReturnAttentionHead(std::move(head));
       });
     }
   }
@@ -312,7 +311,7 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   auto use = [&](size_t i, const ExpertWeights& ew) {
     const auto& u = *wanted_users[i];
     const size_t pass = std::min(u.size(), kExpertRowsPerPass);
-    std::unique_ptr<StepScratch::ExpertPass> buffers = scratch_.BorrowExpertPass(pass);
+    const auto buffers = scratch_.BorrowExpertPass(pass);
     const std::span<float> in = buffers->in, gate = buffers->gate, up = buffers->up, y = buffers->y;
     kernels::Mxfp4Activations& batch = buffers->batch;  // gate and up share one layout of the input
     for (size_t first = 0; first < u.size(); first += pass) {
@@ -332,7 +331,6 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
         std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
       }
     }
-    scratch_.ReturnExpertPass(std::move(buffers));
   };
   if (absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside); !s.ok()) return s;
   // Fixed-order weighted sum (descending score), latent norm, up-projection.

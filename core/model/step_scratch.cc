@@ -155,21 +155,22 @@ StepScratch::MoeBuffers StepScratch::moe(size_t tokens) {
   return {logits, z, shared, slots, agg, {shared_gate, shared_up}};
 }
 
-std::unique_ptr<StepScratch::ExpertPass> StepScratch::BorrowExpertPass(size_t rows) {
-  std::unique_ptr<ExpertPass> pass = passes_.Borrow();
-  const Widths<4> widths = ExpertPassWidths(config_);
-  std::vector<float>* buffers[] = {&pass->in, &pass->gate, &pass->up, &pass->y};
-  for (size_t i = 0; i < widths.size(); ++i) Fit(*buffers[i], rows * widths[i]);
-  return pass;
+StepScratch::Lender<StepScratch::ExpertPass>::Loan StepScratch::BorrowExpertPass(size_t rows) {
+  return passes_.Borrow([&](ExpertPass& pass) {
+    const Widths<4> widths = ExpertPassWidths(config_);
+    std::vector<float>* buffers[] = {&pass.in, &pass.gate, &pass.up, &pass.y};
+    for (size_t i = 0; i < widths.size(); ++i) Fit(*buffers[i], rows * widths[i]);
+  });
 }
 
-std::unique_ptr<StepScratch::AttentionHead> StepScratch::BorrowAttentionHead(size_t positions) {
-  std::unique_ptr<AttentionHead> head = heads_.Borrow();
-  Fit(head->q_hat, config_.kv_lora_rank);
-  Fit(head->ctx, config_.kv_lora_rank);
-  // Decoding attends one position more each token: growing geometrically reallocates rarely.
-  if (head->scores.size() < positions) head->scores.resize(positions);
-  return head;
+StepScratch::Lender<StepScratch::AttentionHead>::Loan StepScratch::BorrowAttentionHead(
+    size_t positions) {
+  return heads_.Borrow([&](AttentionHead& head) {
+    Fit(head.q_hat, config_.kv_lora_rank);
+    Fit(head.ctx, config_.kv_lora_rank);
+    // Decoding attends one position more each token: growing geometrically reallocates rarely.
+    if (head.scores.size() < positions) head.scores.resize(positions);
+  });
 }
 
 }  // namespace k3

@@ -4,11 +4,12 @@
 // from, so a buffer the forward pass gains is planned for without a second count to keep.
 #pragma once
 
+#include <tbb/concurrent_queue.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
@@ -79,17 +80,52 @@ class StepScratch {
   MlpBuffers dense(size_t tokens);
   MoeBuffers moe(size_t tokens);
 
+  // Buffers lent to one task at a time and kept for the next: taken from the idle ones (or made
+  // when none is idle) and given back when the Loan ends.
+  template <typename T>
+  class Lender {
+   public:
+    class Loan {
+     public:
+      Loan(Lender& lender, std::unique_ptr<T> t) : lender_(lender), t_(std::move(t)) {}
+      Loan(const Loan&) = delete;
+      Loan& operator=(const Loan&) = delete;
+      ~Loan() { lender_.idle_.push(std::move(t_)); }
+      T& operator*() const { return *t_; }
+      T* operator->() const { return t_.get(); }
+
+     private:
+      Lender& lender_;
+      std::unique_ptr<T> t_;
+    };
+    // `prepare` readies the buffers for this use before the loan begins.
+    template <typename F>
+    Loan Borrow(F prepare) {
+      std::unique_ptr<T> t;
+      if (!idle_.try_pop(t)) t = std::make_unique<T>();
+      prepare(*t);
+      return Loan(*this, std::move(t));
+    }
+    // Calls f on each idle one; between steps, when none is lent (not safe during one).
+    template <typename F>
+    void ForEachIdle(F f) const {
+      for (auto it = idle_.unsafe_cbegin(); it != idle_.unsafe_cend(); ++it) f(**it);
+    }
+
+   private:
+    tbb::concurrent_queue<std::unique_ptr<T>> idle_;
+  };
+
   // One routed expert's rows, up to kExpertRowsPerPass at a time: their latent input, gate, up
   // and output, and the layout of the input the products share.
   struct ExpertPass {
     std::vector<float> in, gate, up, y;
     kernels::Mxfp4Activations batch;
   };
-  // A pass's buffers for `rows` rows, the caller's alone until ReturnExpertPass. Experts are
+  // A pass's buffers for `rows` rows, the caller's alone while the loan lasts. Experts are
   // multiplied on several threads at once, and a thread that waits inside a product may run
   // another expert's, so passes are lent one per use, not kept one per thread.
-  std::unique_ptr<ExpertPass> BorrowExpertPass(size_t rows);
-  void ReturnExpertPass(std::unique_ptr<ExpertPass> pass) { passes_.Return(std::move(pass)); }
+  Lender<ExpertPass>::Loan BorrowExpertPass(size_t rows);
 
   // One MLA head's attention for one token: its absorbed query and context (kv_lora_rank each)
   // and its scores over the positions it attends. Lent per head task like an ExpertPass: the
@@ -99,37 +135,9 @@ class StepScratch {
   struct AttentionHead {
     std::vector<float> q_hat, ctx, scores;
   };
-  std::unique_ptr<AttentionHead> BorrowAttentionHead(size_t positions);
-  void ReturnAttentionHead(std::unique_ptr<AttentionHead> head) { heads_.Return(std::move(head)); }
+  Lender<AttentionHead>::Loan BorrowAttentionHead(size_t positions);
 
  private:
-  // Buffers lent to one task at a time and kept for the next.
-  template <typename T>
-  class Lender {
-   public:
-    std::unique_ptr<T> Borrow() {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (idle_.empty()) return std::make_unique<T>();
-      std::unique_ptr<T> t = std::move(idle_.back());
-      idle_.pop_back();
-      return t;
-    }
-    void Return(std::unique_ptr<T> t) {
-      std::lock_guard<std::mutex> lock(mu_);
-      idle_.push_back(std::move(t));
-    }
-    // Calls f on each idle one (between steps: every one).
-    template <typename F>
-    void ForEachIdle(F f) const {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const std::unique_ptr<T>& t : idle_) f(*t);
-    }
-
-   private:
-    mutable std::mutex mu_;
-    std::vector<std::unique_ptr<T>> idle_;
-  };
-
   std::span<float> Rows(std::vector<float>& v, size_t tokens) {
     return {v.data(), tokens * hidden_};
   }
