@@ -30,18 +30,26 @@ absl::StatusOr<ReplayResult> ReplayReadLog(const ReadLog& log, uint64_t max_buff
   // this thread to wake up and submit it.
   const uint64_t fit = std::max<uint64_t>(1, max_buffer_bytes / slot_bytes);
   const int slots = static_cast<int>(std::min<uint64_t>(fit, log.reads.size()));
-  result.concurrency = std::min(slots, std::max(1, log.options.queue_depth));
+  result.concurrency = std::min(slots, std::max(1, log.options.engine.queue_depth));
   auto arena = BufferArena::Create(slot_bytes * slots);
   if (!arena.ok()) return arena.status();
-  ReadEngineOptions options = log.options;
-  options.arena = arena->get();
-  options.faults = nullptr;
-  options.notices = false;  // the run has said what its reads fell back to
-  auto engine = ReadEngine::Create(options);
+  ReadRouterOptions options = log.options;
+  options.engine.arena = arena->get();
+  options.engine.faults = nullptr;
+  options.engine.notices = false;    // the run has said what its reads fell back to
+  options.check = CopyCheck::kSize;  // and checked its copies
+  options.on_warning = [](const std::string&) {};
+  auto engine = ReadRouter::Create(options);
   if (!engine.ok()) return engine.status();
   std::vector<FileId> ids;
-  for (const std::string& path : log.paths) {
-    auto id = (*engine)->OpenFile(path);
+  for (size_t i = 0; i < log.paths.size(); ++i) {
+    const std::string& path = log.paths[i];
+    if (path.empty()) {  // an id the run did not use
+      ids.push_back(-1);
+      continue;
+    }
+    auto id =
+        (*engine)->OpenFile(path, i < log.stripes.size() ? log.stripes[i] : std::vector<Extent>{});
     if (!id.ok()) return id.status();
     ids.push_back(*id);
   }

@@ -13,14 +13,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "io/read_engine.h"
+#include "io/read_router.h"
 
 namespace k3::io {
 
 struct ReadLog {
   std::vector<std::string> paths;  // indexed by LoggedRead::file
   std::vector<LoggedRead> reads;   // in submission order
-  ReadEngineOptions options;       // the run's; arena and faults are not used
+  // The run's: queue depth, profiles, volumes (arena, faults and warnings are not used).
+  ReadRouterOptions options;
+  std::vector<std::vector<Extent>> stripes;  // of each path, if any
 
   uint64_t bytes() const;
 };

@@ -90,6 +90,7 @@ struct ReadRouter::Impl {
     std::string path;
     FileInfo info;
     std::vector<Source> sources;  // [0]: the file itself
+    std::vector<Extent> stripes;  // as opened
   };
 
   struct Part {
@@ -516,7 +517,9 @@ absl::StatusOr<FileId> ReadRouter::OpenFile(const std::string& path, std::vector
     copies.push_back(copy);
   }
   AnnotatedMutexLock lock(&m.mu);
-  Impl::File f{.path = path};
+  Impl::File f;
+  f.path = path;
+  f.stripes = stripes;
   if (auto s = m.AddSource(f, path, {}); !s.ok()) return s.status();
   const Impl::Source& self = f.sources[0];
   f.info = m.devices[self.device]->engine->file(self.file);
@@ -559,6 +562,12 @@ std::vector<std::string> ReadRouter::copies(FileId id) const {
     if (std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
   }
   return out;
+}
+
+std::vector<Extent> ReadRouter::stripes(FileId id) const {
+  AnnotatedMutexLock lock(&impl_->mu);
+  if (id < 0 || static_cast<size_t>(id) >= impl_->files.size()) return {};
+  return impl_->files[id].stripes;
 }
 
 absl::StatusOr<ReadId> ReadRouter::Submit(ReadRequest request) {

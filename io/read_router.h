@@ -99,6 +99,8 @@ class ReadRouter {
   FileInfo file(FileId id) const;  // of `path` itself
   // The other places the file is read from (copies, then stripe files).
   std::vector<std::string> copies(FileId id) const;
+  // The stripes it was opened with.
+  std::vector<Extent> stripes(FileId id) const;
 
   absl::StatusOr<ReadId> Submit(ReadRequest request);
   absl::StatusOr<std::span<uint8_t>> Read(ReadRequest request);

@@ -54,8 +54,7 @@ inline void Await(absl::Mutex& mu, const absl::Condition& cond) {
   mu.Await(cond);
   TsanAcquired(&mu);
 }
-inline bool AwaitWithTimeout(absl::Mutex& mu, const absl::Condition& cond,
-                             absl::Duration timeout) {
+inline bool AwaitWithTimeout(absl::Mutex& mu, const absl::Condition& cond, absl::Duration timeout) {
   TsanReleasing(&mu);
   const bool met = mu.AwaitWithTimeout(cond, timeout);
   TsanAcquired(&mu);

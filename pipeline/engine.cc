@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/checkpoint/trunk_pack.h"
 #include "core/model/model.h"
 #include "core/util/progress.h"
@@ -97,7 +98,7 @@ struct Engine::Parts {
   std::unique_ptr<tbb::global_control> limit;
   std::unique_ptr<TrunkWeights> trunk;
   std::unique_ptr<ExpertCache> cache;
-  std::unique_ptr<io::ReadEngine> reads;
+  std::unique_ptr<io::ReadRouter> reads;
   std::vector<io::FileId> shard_files;
   io::FileId pack_file = -1;
   BusyClock disk;
@@ -132,16 +133,23 @@ std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
   return parts_->provider->accuracy();
 }
 
+std::vector<io::DeviceReport> Engine::devices() const { return parts_->reads->devices(); }
+
 void Engine::StartReadLog() { parts_->reads->StartLog(); }
 
 io::ReadLog Engine::TakeReadLog() {
-  io::ReadEngine& reads = *parts_->reads;
+  io::ReadRouter& reads = *parts_->reads;
   io::ReadLog log{.paths = {}, .reads = reads.TakeLog(), .options = reads.options()};
-  log.options.arena = nullptr;
-  log.options.faults = nullptr;
+  log.options.engine.arena = nullptr;
+  log.options.engine.faults = nullptr;
+  log.options.on_warning = nullptr;
   const std::vector<io::FileId> ids = parts_->FileIds();
   log.paths.resize(*std::max_element(ids.begin(), ids.end()) + 1);
-  for (io::FileId id : ids) log.paths[id] = reads.file(id).path;
+  log.stripes.resize(log.paths.size());
+  for (io::FileId id : ids) {
+    log.paths[id] = reads.file(id).path;
+    log.stripes[id] = reads.stripes(id);
+  }
   return log;
 }
 
@@ -174,20 +182,34 @@ nlohmann::json Engine::Settings() const {
           {"storage_profile", o.storage_profile},
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
+          {"volumes", o.volumes},
           {"buffered_files", parts_->BufferedFiles()}};
 }
 
 std::string Engine::DescribeReads() const {
   const int buffered = parts_->BufferedFiles();
   const size_t files = parts_->FileIds().size();
-  std::string line =
-      absl::StrCat("  reads                 ", std::string(parts_->reads->backend_name()),
-                   ", queue depth ", parts_->options.queue_depth, ", ");
-  if (buffered == 0) return absl::StrCat(line, "O_DIRECT\n");
-  return absl::StrCat(line, "buffered: the file system refused O_DIRECT for ", buffered, " of ",
-                      files,
-                      " files, so the page cache also holds what is read and the budget is "
-                      "not exact\n");
+  const std::vector<io::DeviceReport> devices = parts_->reads->devices();
+  std::string line = absl::StrCat(
+      "  reads                 ", std::string(parts_->reads->backend_name()), ", queue depth ",
+      parts_->options.queue_depth, devices.size() > 1 ? " per drive, " : ", ");
+  if (buffered == 0) {
+    absl::StrAppend(&line, "O_DIRECT\n");
+  } else {
+    absl::StrAppend(&line, "buffered: the file system refused O_DIRECT for ", buffered, " of ",
+                    files,
+                    " files, so the page cache also holds what is read and the budget is "
+                    "not exact\n");
+  }
+  if (devices.size() > 1) {
+    absl::StrAppend(&line, "  drives                ", devices.size(),
+                    ", each read split over the drives holding its bytes by their rates\n");
+    for (const io::DeviceReport& d : devices) {
+      absl::StrAppend(&line, "    ", d.id, "  ", absl::StrJoin(d.dirs, ", "), "  (", d.profile,
+                      ")\n");
+    }
+  }
+  return line;
 }
 
 absl::Status Engine::Prefill(std::span<const int32_t> ids, SequenceState& state,
@@ -260,13 +282,19 @@ absl::Status Engine::Parts::OpenReads() {
   cache = *std::move(created);
   auto profile = io::ParseStorageProfile(options.storage_profile);
   if (!profile.ok()) return profile.status();
-  io::ReadEngineOptions io_options;
-  io_options.queue_depth = options.queue_depth;
-  io_options.direct = options.direct_io;
-  io_options.profile = *profile;
-  io_options.arena = cache->arena();
-  io_options.faults = options.faults;
-  auto engine = io::ReadEngine::Create(io_options);
+  io::ReadRouterOptions io_options;
+  io_options.engine.queue_depth = options.queue_depth;
+  io_options.engine.direct = options.direct_io;
+  io_options.engine.profile = *profile;
+  io_options.engine.arena = cache->arena();
+  io_options.engine.faults = options.faults;
+  io_options.check = options.verify_volumes ? io::CopyCheck::kFull : io::CopyCheck::kSampled;
+  for (const std::string& spec : options.volumes) {
+    auto volume = io::ParseVolume(spec);
+    if (!volume.ok()) return volume.status();
+    io_options.volumes.push_back(*std::move(volume));
+  }
+  auto engine = io::ReadRouter::Create(io_options);
   if (!engine.ok()) return engine.status();
   reads = *std::move(engine);
   for (const std::string& path : ckpt->shard_paths()) {

@@ -24,8 +24,8 @@
 #include "core/model/model.h"
 #include "core/model/sequence_state.h"
 #include "io/fault_injection.h"
-#include "io/read_engine.h"
 #include "io/read_replay.h"
+#include "io/read_router.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/memory_plan.h"
 #include "pipeline/run_plan.h"
@@ -59,6 +59,12 @@ struct EngineOptions {
   bool overlap = true;       // false: the serial baseline (read a layer's experts, then compute)
   std::string cache_policy;  // empty: the default policy
   std::string storage_profile = "direct";
+  // Directories holding copies of the checkpoint's files, or a striped layout's pieces, each
+  // "DIR" or "DIR@PROFILE" (io/read_router.h): reads spread over every drive they are on.
+  std::vector<std::string> volumes;
+  // Compare every byte of the volumes' copies when opening (k3 inspect --verify-volumes)
+  // rather than samples.
+  bool verify_volumes = false;
   // Prompt tokens run through each layer together; kAutoPrefillChunk: the largest the budget
   // holds (Engine::prefill_chunk() says which).
   int prefill_chunk = kAutoPrefillChunk;
@@ -120,6 +126,9 @@ class Engine {
                     StepMetrics* metrics = nullptr);
 
   std::vector<PrefetchAccuracy> prefetch_accuracy() const;
+  // Each drive read from (one with no volumes): its directories, profile, bytes, busy time and
+  // the rate reads are routed by, so far.
+  std::vector<io::DeviceReport> devices() const;
 
   // Records the reads of the calls from now on, until TakeReadLog: what the run had to read, to
   // replay without the compute for its I/O floor (io/read_replay.h, k3 bench).

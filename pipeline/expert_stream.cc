@@ -24,7 +24,7 @@ constexpr absl::Duration kSlotWait = absl::Seconds(60);
 }  // namespace
 
 StreamingExpertProvider::StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk,
-                                                 ExpertCache& cache, io::ReadEngine& engine,
+                                                 ExpertCache& cache, io::ReadRouter& engine,
                                                  std::vector<io::FileId> files, BusyClock& disk,
                                                  const ExpertStreamOptions& options)
     : ckpt_(ckpt),

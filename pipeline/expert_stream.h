@@ -39,7 +39,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/model/expert_provider.h"
 #include "core/model/weights.h"
-#include "io/read_engine.h"
+#include "io/read_router.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/cache/expert_cache.h"
 #include "pipeline/step_metrics.h"
@@ -59,7 +59,7 @@ class StreamingExpertProvider : public ExpertProvider {
   // `trunk` supplies every layer's router (resident whatever the plan); `files` are the read
   // engine's ids of the checkpoint's shards, in shard order; `disk` is told about every read.
   StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk, ExpertCache& cache,
-                          io::ReadEngine& engine, std::vector<io::FileId> files, BusyClock& disk,
+                          io::ReadRouter& engine, std::vector<io::FileId> files, BusyClock& disk,
                           const ExpertStreamOptions& options);
   // Cancels prefetches and waits for every read still landing in a cache slot.
   ~StreamingExpertProvider() override;
@@ -126,7 +126,7 @@ class StreamingExpertProvider : public ExpertProvider {
   const Checkpoint& ckpt_;
   const TrunkWeights& trunk_;
   ExpertCache& cache_;
-  io::ReadEngine& engine_;
+  io::ReadRouter& engine_;
   const std::vector<io::FileId> files_;
   BusyClock& disk_;
   const ExpertStreamOptions options_;

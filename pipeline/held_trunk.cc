@@ -13,7 +13,7 @@ uint64_t HeldTrunk::MemoryFor(const PackedTensor& packed) {
 }
 
 absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
-    const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadEngine& engine,
+    const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadRouter& engine,
     io::FileId pack_file, const std::function<void(uint64_t, uint64_t)>& progress) {
   std::unique_ptr<HeldTrunk> h(new HeldTrunk());
   h->pack_path_ = pack.pack_path();

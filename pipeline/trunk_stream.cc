@@ -33,7 +33,7 @@ void WidenRow(DType dtype, const uint8_t* row, std::span<float> out) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
-    const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
+    const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadRouter& engine,
     std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk) {
   std::unique_ptr<TrunkStreamer> s(new TrunkStreamer(ckpt, engine, std::move(shard_files), disk));
   const ModelConfig& c = ckpt.config();

@@ -25,14 +25,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/trunk_pack.h"
 #include "core/model/model.h"
 #include "core/model/weights.h"
-#include "core/checkpoint/trunk_pack.h"
 #include "io/aligned_buffer.h"
-#include "io/read_engine.h"
+#include "io/read_router.h"
 #include "pipeline/busy_clock.h"
-#include "pipeline/step_metrics.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/step_metrics.h"
 
 namespace k3 {
 
@@ -41,7 +41,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   // The pieces of what `plan` streams; `pack` may be null; `shard_files` are the read engine's
   // ids of the shards, `pack_file` of the pack (or -1). Reads of the first pieces start at once.
   static absl::StatusOr<std::unique_ptr<TrunkStreamer>> Create(
-      const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadEngine& engine,
+      const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadRouter& engine,
       std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk);
   // Waits for reads still landing in the ring.
   ~TrunkStreamer() override;
@@ -96,7 +96,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     std::span<uint8_t> decoded;     // a compressed piece used whole: its decode buffer
   };
 
-  TrunkStreamer(const Checkpoint& ckpt, io::ReadEngine& engine, std::vector<io::FileId> shard_files,
+  TrunkStreamer(const Checkpoint& ckpt, io::ReadRouter& engine, std::vector<io::FileId> shard_files,
                 BusyClock& disk)
       : ckpt_(ckpt), engine_(engine), shard_files_(std::move(shard_files)), disk_(disk) {}
 
@@ -117,7 +117,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
-  io::ReadEngine& engine_;
+  io::ReadRouter& engine_;
   const std::vector<io::FileId> shard_files_;
   BusyClock& disk_;
   const TrunkWeights* trunk_ = nullptr;

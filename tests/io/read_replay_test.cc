@@ -67,14 +67,15 @@ TEST_F(ReadReplayTest, TheLogHoldsTheReadsDeliveredWhileItRecordedInTheOrderAske
 }
 
 TEST_F(ReadReplayTest, TheReplayReadsTheLoggedBytesAtTheQueueDepthNoFasterThanTheVolume) {
-  ReadLog log{.paths = {file_.path}, .reads = {}, .options = OptionsFor(Backend::kAuto)};
+  ReadLog log{
+      .paths = {file_.path}, .reads = {}, .options = {.engine = OptionsFor(Backend::kAuto)}};
   for (int i = 0; i < 12; ++i) {
     log.reads.push_back({.file = 0, .offset = i * (300ull << 10) + 7, .length = 200 << 10});
   }
-  log.options.queue_depth = 4;
+  log.options.engine.queue_depth = 4;
   auto profile = ParseStorageProfile("bw=40MB/s");
   ASSERT_TRUE(profile.ok()) << profile.status();
-  log.options.profile = *profile;
+  log.options.engine.profile = *profile;
   auto replay = ReplayReadLog(log);
   ASSERT_TRUE(replay.ok()) << replay.status();
   EXPECT_EQ(replay->bytes, 12u * (200 << 10));

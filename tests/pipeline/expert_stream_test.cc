@@ -66,7 +66,7 @@ class ExpertStreamTest : public ::testing::Test {
         {.budget_bytes = slots * io::AlignUp(slot), .slot_bytes = slot}, *std::move(made));
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
-    auto reads = io::ReadEngine::Create({.direct = false, .arena = cache_->arena()});
+    auto reads = io::ReadRouter::Create({.engine = {.direct = false, .arena = cache_->arena()}});
     ASSERT_TRUE(reads.ok()) << reads.status();
     reads_ = *std::move(reads);
     for (const std::string& path : ckpt_->shard_paths()) {
@@ -138,7 +138,7 @@ class ExpertStreamTest : public ::testing::Test {
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<TrunkWeights> trunk_;
   std::unique_ptr<ExpertCache> cache_;
-  std::unique_ptr<io::ReadEngine> reads_;
+  std::unique_ptr<io::ReadRouter> reads_;
   std::vector<io::FileId> files_;
   BusyClock disk_;
   std::unique_ptr<StreamingExpertProvider> provider_;

@@ -39,7 +39,7 @@ class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
         {.preset = "ultra"}, 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_EQ(plan->ring_slots, slots);
-    auto reads = io::ReadEngine::Create({});
+    auto reads = io::ReadRouter::Create({});
     ASSERT_TRUE(reads.ok()) << reads.status();
     reads_ = *std::move(reads);
     std::vector<io::FileId> shards;
@@ -81,7 +81,7 @@ class TrunkStreamTest : public ::k3::testing::TinyModelSuite {
   TempDir pack_dir_;
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<TrunkPack> pack_;
-  std::unique_ptr<io::ReadEngine> reads_;
+  std::unique_ptr<io::ReadRouter> reads_;
   BusyClock disk_;
   std::unique_ptr<TrunkStreamer> streamer_;
 };
