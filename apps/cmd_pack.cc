@@ -1,4 +1,5 @@
-// k3 pack: copy a checkpoint's trunk into one file laid out for streaming (core/checkpoint/trunk_pack.h).
+// k3 pack: copy a checkpoint's trunk into one file laid out for streaming
+// (core/checkpoint/trunk_pack.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,8 +11,8 @@
 #include "apps/commands.h"
 #include "apps/flags.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/util/progress.h"
 #include "core/checkpoint/trunk_pack.h"
+#include "core/util/progress.h"
 #include "io/file.h"
 
 namespace k3::cli {

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "apps/commands.h"
 #include "apps/flags.h"
-#include "core/util/progress.h"
 #include "core/synth/synth.h"
+#include "core/util/progress.h"
 #include "io/file.h"
 
 namespace k3::cli {

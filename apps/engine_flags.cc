@@ -13,6 +13,7 @@
 #include "core/synth/synth.h"
 #include "io/fault_injection.h"
 #include "io/file.h"
+#include "io/read_router.h"
 #include "io/storage_profile.h"
 #include "pipeline/cache/policy.h"
 
@@ -143,6 +144,15 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
           "--cache-policy ", o.cache_policy, ": unknown (one of: ", absl::StrJoin(names, " "),
           "; belady needs the future: cache-sim only)"));
     }
+  }
+  for (const std::string& spec : io::JoinVolumeParts(absl::GetFlag(FLAGS_volume))) {
+    auto volume = io::ParseVolume(spec);
+    if (!volume.ok()) return volume.status();
+    if (!io::IsDirectory(volume->dir)) {
+      return absl::NotFoundError(
+          absl::StrCat("--volume ", spec, ": ", volume->dir, " is not a directory"));
+    }
+    o.volumes.push_back(spec);
   }
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
   o.show_progress = ShowProgress();

@@ -54,6 +54,16 @@ ABSL_FLAG(std::vector<std::string>, queue_depth, {},
 ABSL_FLAG(std::vector<std::string>, storage_profile, {},
           "direct (the real device, O_DIRECT), an emulated volume (nvme, network, sata) or "
           "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset; a list where a command sweeps it).");
+ABSL_FLAG(std::vector<std::string>, volume, {},
+          "A directory holding copies of the model's files (shards, k3 pack output; any subset, "
+          "same names) or a k3 stripe layout, on another drive: each read is split over every "
+          "drive holding its bytes, by their measured rates. Repeat it for several drives. "
+          "DIR@PROFILE gives the directory an emulated storage profile (and makes it a drive of "
+          "its own); --storage-profile is that of --model's directory and of volumes without "
+          "one. Copies are checked when opened (size, header, samples).");
+ABSL_FLAG(bool, verify_volumes, false,
+          "Compare every byte of each --volume copy (and every stripe's checksums) with the "
+          "model's files.");
 ABSL_FLAG(std::vector<std::string>, prefetch_distance, {},
           "Layers of lookahead: routers of layers l+1..l+D run on layer l's hidden state and "
           "their experts are prefetched (0 = off: see docs/PERFORMANCE.md; a list where a "
@@ -253,6 +263,8 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_settings), kRunsEngine & ~kTune},
       {F(FLAGS_queue_depth), kRunsEngine},
       {F(FLAGS_storage_profile), kRunsEngine},
+      {F(FLAGS_volume), kRunsEngine | kInspect | kDoctor},
+      {F(FLAGS_verify_volumes), kInspect},
       {F(FLAGS_prefetch_distance), kRunsEngine},
       {F(FLAGS_prefetch_width), kRunsEngine & ~kTune},
       {F(FLAGS_prefill_prefetch_distance), kRunsEngine},

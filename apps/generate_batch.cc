@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/cli.h"
+#include "apps/device_report.h"
 #include "apps/flags.h"
 #include "apps/generate_options.h"
 #include "apps/run_report.h"
@@ -217,6 +218,7 @@ json TotalsJson(const BatchTotals& t, const std::vector<double>& per_token, int 
           {"tokens_per_second", t.seconds > 0 ? t.sampled_tokens / t.seconds : 0.0},
           {"seconds_per_token_per_sequence", per_token},
           {"metrics", t.steps.ToJson()},
+          {"devices", DevicesJson(engine.devices(), t.seconds)},
           {"settings", engine.Settings()}};
 }
 
@@ -319,7 +321,10 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
     if (results[i].has_value()) write(i);
   }
   if (out != stdout) std::fclose(out);
-  if (!quiet) PrintSummary(scheduler.totals(), per_token, batch, (*engine)->config());
+  if (!quiet) {
+    PrintSummary(scheduler.totals(), per_token, batch, (*engine)->config());
+    std::fputs(DevicesText((*engine)->devices(), scheduler.totals().seconds).c_str(), stderr);
+  }
   if (const std::string report = absl::GetFlag(FLAGS_report_json); !report.empty()) {
     json j = TotalsJson(scheduler.totals(), per_token, batch, **engine);
     j["interrupted"] = Interrupted();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "apps/cli.h"
+#include "apps/device_report.h"
 #include "core/util/median.h"
 #include "core/util/progress.h"
 
@@ -142,6 +143,7 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                Gb(AllBytes(prefill_)), FormatBytes(static_cast<double>(PeakRssBytes())).c_str(),
                FormatBytes(static_cast<double>(engine.plan().budget_bytes)).c_str(),
                FormatBytes(static_cast<double>(kProcessOverheadBytes)).c_str());
+  std::fputs(DevicesText(engine.devices(), prefill_.seconds + d.seconds).c_str(), stderr);
   if (cache_use_) {
     std::fprintf(stderr, "prompt cache: %lld of %zu prompt tokens resumed in %.3f s from %s\n",
                  static_cast<long long>(cache_use_->cached_tokens), prompt_ids_.size(),
@@ -191,6 +193,7 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
                            {"recall", a.recall()}});
   }
   report["prefetch"]["by_distance"] = by_distance;
+  report["devices"] = DevicesJson(engine.devices(), prefill_.seconds + d.seconds);
   report["per_token"] = per_token;
   return report;
 }

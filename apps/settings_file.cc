@@ -37,6 +37,27 @@ const nlohmann::json* FlagsFor(const nlohmann::json& file) {
   return file.contains("flags") ? &file["flags"] : nullptr;
 }
 
+absl::Status ApplyVolumes(const nlohmann::json& value,
+                          const std::function<absl::Status(const std::string&)>& bad,
+                          bool applies) {
+  std::vector<std::string> specs;
+  if (value.is_string()) specs.push_back(value.get<std::string>());
+  for (const auto& v : value.is_array() ? value : nlohmann::json::array()) {
+    if (!v.is_string()) return bad("key \"volume\": expected a list of directories");
+    specs.push_back(v.get<std::string>());
+  }
+  if (!value.is_string() && !value.is_array()) {
+    return bad("key \"volume\": expected a directory or a list of them");
+  }
+  if (!applies) return absl::OkStatus();
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag("volume");
+  std::string error;
+  if (flag == nullptr || !flag->ParseFrom(absl::StrJoin(specs, ","), &error)) {
+    return bad(absl::StrCat("key \"volume\": ", error));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplySettingsFile(const std::string& path,
@@ -59,6 +80,10 @@ absl::Status ApplySettingsFile(const std::string& path,
   if (flags == nullptr || !flags->is_object()) return bad("no \"flags\" object");
   for (const auto& item : flags->items()) {
     const std::string& name = item.key();
+    if (name == "volume") {  // where the copies are: a list of DIR or DIR@PROFILE
+      if (absl::Status s = ApplyVolumes(item.value(), bad, applies(name)); !s.ok()) return s;
+      continue;
+    }
     if (!SettableFromSettingsFile(name)) {
       return bad(absl::StrCat("key \"", name, "\" is not a flag a settings file may set"));
     }

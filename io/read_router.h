@@ -42,6 +42,12 @@ struct Volume {
 // "/mnt/b/k3@bw=1000MB/s,lat=100us". InvalidArgument naming the spec.
 absl::StatusOr<Volume> ParseVolume(std::string_view spec);
 
+// The volumes of a list flag that the flag library has split at commas (and repeated flags
+// joined with them): a part that is a profile setting (lat=, bw=, iops=, qd=) continues the
+// profile of the volume before it, any other part starts a volume.
+// {"/a@bw=1GB/s", "lat=1ms", "/b"} is {"/a@bw=1GB/s,lat=1ms", "/b"}.
+std::vector<std::string> JoinVolumeParts(const std::vector<std::string>& parts);
+
 // Bytes [offset, offset + length) of a file are also at `at` in `path` (a striped piece). `at`
 // and `offset` are equal modulo 4096, so a read lands where it would from the file.
 struct Extent {

@@ -30,6 +30,20 @@ absl::StatusOr<Volume> ParseVolume(std::string_view spec) {
   return v;
 }
 
+std::vector<std::string> JoinVolumeParts(const std::vector<std::string>& parts) {
+  std::vector<std::string> specs;
+  for (const std::string& part : parts) {
+    const bool setting = part.rfind("lat=", 0) == 0 || part.rfind("bw=", 0) == 0 ||
+                         part.rfind("iops=", 0) == 0 || part.rfind("qd=", 0) == 0;
+    if (setting && !specs.empty() && specs.back().find('@') != std::string::npos) {
+      absl::StrAppend(&specs.back(), ",", part);
+    } else {
+      specs.push_back(part);
+    }
+  }
+  return specs;
+}
+
 namespace {
 
 constexpr uint64_t kHeadBytes = 64 << 10;

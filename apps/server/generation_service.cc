@@ -130,6 +130,7 @@ ServiceStats GenerationService::stats() const {
   std::lock_guard lock(mu_);
   ServiceStats s = stats_;
   s.queued += static_cast<int64_t>(inbox_.size());
+  s.devices = engine_.devices();
   return s;
 }
 

@@ -85,6 +85,7 @@ struct ServiceStats {
   int64_t cancel_layers_max = 0;
   int64_t layers_run = 0;  // by the engine, over every step
   double last_step_seconds = 0;
+  std::vector<io::DeviceReport> devices;  // each drive read from, since the engine opened
 };
 
 class GenerationService {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "apps/device_report.h"
 #include "apps/server/anthropic_request.h"
 #include "apps/server/http_internal.h"
 #include "core/text/grammar/token_mask.h"
@@ -272,6 +273,7 @@ std::string HttpServer::Metrics() const {
   metric("k3_disk_busy_ratio", "gauge", "Disk busy seconds over step seconds, over the run.");
   absl::StrAppend(&out, "k3_disk_busy_ratio ", m.seconds > 0 ? m.disk_busy_seconds / m.seconds : 0,
                   "\n");
+  absl::StrAppend(&out, DevicesMetrics(st.devices));
   return out;
 }
 

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/text/chat_template.h"
 #include "core/model/sampler.h"
+#include "core/text/chat_template.h"
 #include "core/text/tools/output_spec.h"
 #include "nlohmann/json.hpp"
 

@@ -1,0 +1,77 @@
+#include "apps/device_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace k3 {
+namespace {
+
+double Fraction(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
+
+// Bytes over busy time: what the drive delivers while it has work.
+double DeliveredRate(const io::DeviceReport& d) {
+  return d.busy_seconds > 0 ? static_cast<double>(d.bytes) / d.busy_seconds : 0.0;
+}
+
+std::string Label(const std::string& value) {
+  return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+}  // namespace
+
+std::string DevicesText(const std::vector<io::DeviceReport>& devices, double seconds) {
+  if (devices.size() < 2) return "";
+  std::string out;
+  for (const io::DeviceReport& d : devices) {
+    absl::StrAppendFormat(
+        &out, "drive %s (%s): %.3f GB, %.2f GB/s while busy, busy %.0f%%%s\n", d.id,
+        absl::StrJoin(d.dirs, ", "), static_cast<double>(d.bytes) / 1e9, DeliveredRate(d) / 1e9,
+        100 * Fraction(d.busy_seconds, seconds),
+        d.failovers > 0 ? absl::StrCat(", ", d.failovers, " reads failed over") : std::string());
+  }
+  return out;
+}
+
+nlohmann::json DevicesJson(const std::vector<io::DeviceReport>& devices, double seconds) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const io::DeviceReport& d : devices) {
+    out.push_back({{"id", d.id},
+                   {"dirs", d.dirs},
+                   {"profile", d.profile},
+                   {"queue_depth", d.queue_depth},
+                   {"bytes", d.bytes},
+                   {"reads", d.reads},
+                   {"busy_seconds", d.busy_seconds},
+                   {"busy_fraction", Fraction(d.busy_seconds, seconds)},
+                   {"rate_bytes_per_second", DeliveredRate(d)},
+                   {"failovers", d.failovers}});
+  }
+  return out;
+}
+
+std::string DevicesMetrics(const std::vector<io::DeviceReport>& devices) {
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+    for (const io::DeviceReport& d : devices) {
+      absl::StrAppend(&out, name, "{device=\"", Label(d.id), "\",dirs=\"",
+                      Label(absl::StrJoin(d.dirs, ",")), "\"} ", value(d), "\n");
+    }
+  };
+  family("k3_device_read_bytes_total", "counter", "Bytes read from each drive.",
+         [](const io::DeviceReport& d) { return static_cast<double>(d.bytes); });
+  family("k3_device_busy_seconds_total", "counter",
+         "Seconds each drive had at least one read in flight.",
+         [](const io::DeviceReport& d) { return d.busy_seconds; });
+  family("k3_device_rate_bytes_per_second", "gauge",
+         "Bytes a second each drive delivered while busy, over the run.",
+         [](const io::DeviceReport& d) { return DeliveredRate(d); });
+  family("k3_device_failovers_total", "counter",
+         "Reads of a drive's copy that failed and were read again from another copy.",
+         [](const io::DeviceReport& d) { return static_cast<double>(d.failovers); });
+  return out;
+}
+
+}  // namespace k3

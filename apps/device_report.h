@@ -1,0 +1,26 @@
+// The drives a run read from, as the run summary, --report-json, k3 bench and /metrics show
+// them: per device its bytes, the rate it delivered while busy and its busy fraction.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/read_router.h"
+#include "nlohmann/json.hpp"
+
+namespace k3 {
+
+// One line per drive ("drive 259:1 (/models/k3): 12.1 GB, 3.61 GB/s, busy 94%"), or nothing
+// when there is only one: the run's other lines say it all. `seconds`: the wall time the busy
+// fractions are of.
+std::string DevicesText(const std::vector<io::DeviceReport>& devices, double seconds);
+
+// [{"id", "dirs", "profile", "queue_depth", "bytes", "reads", "busy_seconds", "busy_fraction",
+//   "rate_bytes_per_second", "failovers"}] for every drive.
+nlohmann::json DevicesJson(const std::vector<io::DeviceReport>& devices, double seconds);
+
+// The Prometheus lines: k3_device_read_bytes_total, k3_device_busy_seconds_total,
+// k3_device_rate_bytes_per_second and k3_device_failovers_total, labelled by device.
+std::string DevicesMetrics(const std::vector<io::DeviceReport>& devices);
+
+}  // namespace k3
