@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -35,7 +34,6 @@ namespace k3::cli {
 namespace {
 
 constexpr char kDoctorName[] = "doctor";
-constexpr uint64_t kScratchBytes = 128ull << 20;  // the temp file read without a model
 
 enum class Level { kOk, kWarn, kFail };
 
@@ -98,29 +96,6 @@ void CheckUring(Findings& f) {
   f.extra()["io_uring"] = engine.ok();
 }
 
-// A file of random bytes to read back when there is no model, flushed and dropped from the
-// page cache so that buffered reads (where O_DIRECT is refused) do not just hit memory.
-absl::StatusOr<std::string> WriteScratchFile(const std::string& dir) {
-  std::string path = dir + "/k3-doctor-XXXXXX";
-  const int fd = ::mkstemp(path.data());
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create a file in ", dir));
-  std::vector<uint64_t> block(1 << 17);  // 1 MiB
-  std::mt19937_64 rng(1);
-  bool ok = true;
-  for (uint64_t done = 0; ok && done < kScratchBytes; done += block.size() * 8) {
-    for (uint64_t& x : block) x = rng();
-    ok = ::write(fd, block.data(), block.size() * 8) == static_cast<ssize_t>(block.size() * 8);
-  }
-  ok = ok && ::fdatasync(fd) == 0;
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  if (!ok) {
-    ::unlink(path.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("cannot write 128 MiB to ", dir));
-  }
-  return path;
-}
-
 void ReportReads(Findings& f, const std::string& what, const absl::StatusOr<ReadRate>& rate,
                  bool holes = false) {
   if (!rate.ok()) {
@@ -164,7 +139,7 @@ void CheckDisk(Findings& f, const Checkpoint* ckpt) {
     return;
   }
   const std::string dir = ScratchDir();
-  auto scratch = WriteScratchFile(dir);
+  auto scratch = WriteScratchFile(dir, "k3-doctor");
   if (!scratch.ok()) {
     f.Add("disk read", Level::kFail, std::string(scratch.status().message()));
     return;

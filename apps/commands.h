@@ -11,6 +11,7 @@ const Subcommand& GenerateCommand();
 const Subcommand& CacheSimCommand();
 const Subcommand& BenchCommand();
 const Subcommand& PackCommand();
+const Subcommand& StripeCommand();
 const Subcommand& ChatCommand();
 const Subcommand& DoctorCommand();
 const Subcommand& ServeCommand();

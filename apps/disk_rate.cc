@@ -1,12 +1,16 @@
 #include "apps/disk_rate.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "io/aligned_buffer.h"
 #include "io/read_engine.h"
 
@@ -80,6 +84,28 @@ absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
   if (!bytes.ok()) return bytes.status();
   rate.bytes_per_second = rate.seconds > 0 ? *bytes / rate.seconds : 0;
   return rate;
+}
+
+absl::StatusOr<std::string> WriteScratchFile(const std::string& dir, const std::string& prefix) {
+  std::string path = absl::StrCat(dir, "/", prefix, "-XXXXXX");
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create a file in ", dir));
+  std::vector<uint64_t> block(1 << 17);  // 1 MiB
+  std::mt19937_64 rng(1);
+  bool ok = true;
+  for (uint64_t done = 0; ok && done < kScratchBytes; done += block.size() * 8) {
+    for (uint64_t& x : block) x = rng();
+    ok = ::write(fd, block.data(), block.size() * 8) == static_cast<ssize_t>(block.size() * 8);
+  }
+  ok = ok && ::fdatasync(fd) == 0;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (!ok) {
+    ::unlink(path.c_str());
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot write ", kScratchBytes >> 20, " MiB to ", dir));
+  }
+  return path;
 }
 
 bool MostlyHoles(const std::string& path) {

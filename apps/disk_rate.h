@@ -13,6 +13,8 @@ namespace k3::cli {
 inline constexpr uint64_t kReadBytes = 16 << 20;  // one read, as large as an expert group
 inline constexpr int kReadsInFlight = 4;
 inline constexpr double kMeasureSeconds = 2.5;
+// The scratch file measured where there is no model to read.
+inline constexpr uint64_t kScratchBytes = 128ull << 20;
 
 struct ReadRate {
   std::string path;
@@ -27,6 +29,11 @@ std::string LargestShard(const Checkpoint& ckpt);
 
 // Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
 absl::StatusOr<ReadRate> MeasureReads(const std::string& path);
+
+// A file of kScratchBytes random bytes in `dir` (named `prefix`-XXXXXX) to read back where
+// there is no model, flushed and dropped from the page cache so that buffered reads (where
+// O_DIRECT is refused) do not just hit memory. The caller deletes it.
+absl::StatusOr<std::string> WriteScratchFile(const std::string& dir, const std::string& prefix);
 
 // Whether most of the file is holes (a sparse checkpoint: its reads run at memory speed).
 bool MostlyHoles(const std::string& path);

@@ -157,8 +157,8 @@ ABSL_FLAG(std::string, model_id, "",
 // What the commands write.
 ABSL_FLAG(std::string, out, "",
           "Where the command writes its output: the directory of the model (synth) or pack "
-          "(pack), the results as JSON lines (generate --prompts; default stdout), the settings "
-          "file (tune, for --settings).");
+          "(pack), the directories of the stripes, comma-separated (stripe), the results as JSON "
+          "lines (generate --prompts; default stdout), the settings file (tune, for --settings).");
 ABSL_FLAG(std::string, report_json, "",
           "Write the figures of the run as JSON to this file (generate, chat: ids, timings, "
           "memory; bench, cache-sim, doctor: the results). Also spelled --out-json.");
@@ -223,17 +223,24 @@ ABSL_FLAG(std::string, dtype, "release",
           "Float tensors: release (BF16 matrices, F32 where the release has F32), f16 or f32.");
 ABSL_FLAG(std::string, weights, "",
           "k3 synth: how weight matrices are drawn: gaussian (the exponent distribution of "
-          "trained weights) or uniform; default gaussian for slice and full, uniform otherwise.");
+          "trained weights) or uniform; default gaussian for slice and full, uniform otherwise. "
+          "k3 stripe: each --out directory's share of the experts, comma-separated (2,1,0.2); "
+          "default: their measured read rates.");
 ABSL_FLAG(bool, sparse, false,
           "k3 synth: headers only, the tensor data left as file holes that read as zeros.");
 ABSL_FLAG(bool, single_file, false,
           "k3 synth: the language model in one model.safetensors, without an index.");
-ABSL_FLAG(bool, force, false, "Overwrite an existing model in the output directory.");
+ABSL_FLAG(bool, force, false,
+          "Overwrite an existing model, pack or stripes in the output directory.");
 ABSL_FLAG(std::string, codec, "",
           "Store the BF16 matrices compressed with this exact codec (bf16-e3); the decoded bytes "
           "are the checkpoint's. Default: every tensor verbatim.");
 ABSL_FLAG(bool, verify_only, false,
-          "Write nothing: re-read the pack in --out and compare it byte for byte with --model.");
+          "Write nothing: re-read the pack in --out and compare it byte for byte with --model "
+          "(pack); check every extent of the stripes in --out against its CRC-32C (stripe).");
+ABSL_FLAG(bool, measure, false,
+          "k3 stripe: weight each --out directory by its read rate, measured on a scratch file "
+          "written there and deleted (what happens without --weights).");
 
 namespace k3::cli {
 namespace {
@@ -253,7 +260,7 @@ constexpr Commands kSamples = kGenerate | kChat;
 
 const std::vector<FlagUse>& FlagTable() {
   static const std::vector<FlagUse> kTable = {
-      {F(FLAGS_model), kRunsEngine | kInspect | kDoctor | kPack},
+      {F(FLAGS_model), kRunsEngine | kInspect | kDoctor | kPack | kStripe},
       {F(FLAGS_preset), kRunsEngine | kSynth},
       {F(FLAGS_ram_gb), kRunsEngine},
       {F(FLAGS_trunk_gb), kRunsEngine},
@@ -304,11 +311,11 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_saved_states), kServe},
       {F(FLAGS_max_body_mb), kServe},
       {F(FLAGS_model_id), kServe},
-      {F(FLAGS_out), kSynth | kPack | kGenerate | kTune},
+      {F(FLAGS_out), kSynth | kPack | kStripe | kGenerate | kTune},
       {F(FLAGS_report_json), kSamples | kBench | kCacheSim | kDoctor},
       {F(FLAGS_out_csv), kBench},
       {F(FLAGS_plot), kBench},
-      {F(FLAGS_quiet), kSamples | kServe | kBench | kTune | kCacheSim | kSynth | kPack},
+      {F(FLAGS_quiet), kSamples | kServe | kBench | kTune | kCacheSim | kSynth | kPack | kStripe},
       {F(FLAGS_tokens), kBench | kTune},
       {F(FLAGS_repeat), kBench | kTune},
       {F(FLAGS_raw), kBench},
@@ -327,12 +334,13 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_set), kSynth},
       {F(FLAGS_router_skew), kSynth},
       {F(FLAGS_dtype), kSynth},
-      {F(FLAGS_weights), kSynth},
+      {F(FLAGS_weights), kSynth | kStripe},
       {F(FLAGS_sparse), kSynth},
       {F(FLAGS_single_file), kSynth},
-      {F(FLAGS_force), kSynth | kPack},
+      {F(FLAGS_force), kSynth | kPack | kStripe},
       {F(FLAGS_codec), kPack},
-      {F(FLAGS_verify_only), kPack},
+      {F(FLAGS_verify_only), kPack | kStripe},
+      {F(FLAGS_measure), kStripe},
   };
   return kTable;
 }

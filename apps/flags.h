@@ -98,6 +98,7 @@ ABSL_DECLARE_FLAG(bool, single_file);
 ABSL_DECLARE_FLAG(bool, force);
 ABSL_DECLARE_FLAG(std::string, codec);
 ABSL_DECLARE_FLAG(bool, verify_only);
+ABSL_DECLARE_FLAG(bool, measure);
 
 namespace k3::cli {
 
@@ -113,6 +114,7 @@ enum Command : uint32_t {
   kDoctor = 1u << 7,
   kServe = 1u << 8,
   kTune = 1u << 9,
+  kStripe = 1u << 10,
 };
 using Commands = uint32_t;
 

@@ -12,8 +12,8 @@ const std::vector<const k3::cli::Subcommand*>& AllCommands() {
   static const std::vector<const k3::cli::Subcommand*> kCommands = {
       &k3::cli::GenerateCommand(), &k3::cli::SynthCommand(), &k3::cli::InspectCommand(),
       &k3::cli::CacheSimCommand(), &k3::cli::BenchCommand(), &k3::cli::PackCommand(),
-      &k3::cli::ChatCommand(),     &k3::cli::ServeCommand(), &k3::cli::TuneCommand(),
-      &k3::cli::DoctorCommand()};
+      &k3::cli::StripeCommand(),   &k3::cli::ChatCommand(),  &k3::cli::ServeCommand(),
+      &k3::cli::TuneCommand(),     &k3::cli::DoctorCommand()};
   return kCommands;
 }
 

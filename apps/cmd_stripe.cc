@@ -1,0 +1,280 @@
+// k3 stripe: copy the routed experts striped over several directories, one per drive
+// (core/checkpoint/stripe.h).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "apps/commands.h"
+#include "apps/disk_rate.h"
+#include "apps/flags.h"
+#include "apps/tables.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/stripe.h"
+#include "core/util/progress.h"
+#include "io/file.h"
+
+namespace k3::cli {
+namespace {
+
+constexpr char kStripeName[] = "stripe";
+double StripeSecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string StripeRate(double bytes_per_second) {
+  return absl::StrCat(FormatBytes(bytes_per_second), "/s");
+}
+
+std::string Percent(double fraction) { return absl::StrFormat("%.1f %%", 100 * fraction); }
+
+// Progress bars that follow the phases WriteStripes and VerifyStripes report.
+class PhaseBars {
+ public:
+  void Update(std::string_view phase, uint64_t done, uint64_t total) {
+    if (bar_ == nullptr || phase != phase_) {
+      if (bar_ != nullptr) bar_->Finish();
+      phase_ = std::string(phase);
+      bar_ = std::make_unique<ProgressBar>(phase_, total, "B", ShowProgress());
+    }
+    bar_->Update(done);
+  }
+  void Finish() {
+    if (bar_ != nullptr) bar_->Finish();
+  }
+
+ private:
+  std::string phase_;
+  std::unique_ptr<ProgressBar> bar_;
+};
+
+// Measures the directory's read rate as k3 doctor does where it has no model: random 16 MiB
+// reads of a scratch file written there, which is deleted after.
+absl::StatusOr<ReadRate> MeasureDirectory(const std::string& dir) {
+  auto path = WriteScratchFile(dir, "k3-stripe-measure");
+  if (!path.ok()) return path.status();
+  auto rate = MeasureReads(*path);
+  ::unlink(path->c_str());
+  return rate;
+}
+
+absl::StatusOr<std::vector<double>> MeasureWeights(const std::vector<std::string>& dirs) {
+  std::vector<double> weights;
+  MarkdownTable table({"directory", "read rate", "reads"}, {false, true, false});
+  for (const std::string& dir : dirs) {
+    if (!absl::GetFlag(FLAGS_quiet)) {
+      std::fprintf(stderr, "k3 stripe: measuring %s (%s scratch file, %.1f s of reads)\n",
+                   dir.c_str(), FormatBytes(static_cast<double>(kScratchBytes)).c_str(),
+                   kMeasureSeconds);
+    }
+    auto rate = MeasureDirectory(dir);
+    if (!rate.ok()) return rate.status();
+    if (rate->bytes_per_second <= 0) {
+      return absl::InternalError(absl::StrCat("measuring ", dir, ": no reads completed"));
+    }
+    weights.push_back(rate->bytes_per_second / 1e9);  // GB/s, as the manifest records them
+    table.AddRow(
+        {dir, StripeRate(rate->bytes_per_second),
+         rate->direct ? "O_DIRECT" : "buffered (O_DIRECT refused: the page cache's rate)"});
+  }
+  if (!absl::GetFlag(FLAGS_quiet)) std::printf("%s\n", table.text().c_str());
+  return weights;
+}
+
+absl::StatusOr<std::vector<double>> ParseWeights(const std::string& text, size_t dirs) {
+  std::vector<double> weights;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    double w = 0;
+    if (!absl::SimpleAtod(piece, &w) || !std::isfinite(w) || w <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weights ", text, ": '", piece, "' is not a positive number"));
+    }
+    weights.push_back(w);
+  }
+  if (weights.size() != dirs) {
+    return absl::InvalidArgumentError(absl::StrCat("--weights ", text, ": ", weights.size(),
+                                                   " weights for ", dirs, " --out directories"));
+  }
+  return weights;
+}
+
+void PrintPlan(const StripePlan& plan, const std::vector<std::string>& dirs) {
+  MarkdownTable table({"directory", "weight", "of the weights", "bytes", "share", "layer share min",
+                       "layer share max"},
+                      {false, true, true, true, true, true, true});
+  const std::vector<StripeShare> shares = StripeShares(plan);
+  for (size_t d = 0; d < dirs.size(); ++d) {
+    const StripeShare& s = shares[d];
+    table.AddRow({dirs[d], absl::StrFormat("%.4g", plan.weights[d]), Percent(s.weight_share),
+                  FormatBytes(static_cast<double>(s.bytes)), Percent(s.share),
+                  absl::StrCat(Percent(s.min_layer_share), " (layer ", s.min_layer, ")"),
+                  absl::StrCat(Percent(s.max_layer_share), " (layer ", s.max_layer, ")")});
+  }
+  std::printf("%s", table.text().c_str());
+  if (plan.unstriped > 0) {
+    std::printf("%lld routed experts are not one contiguous span and stay in the shards only\n",
+                static_cast<long long>(plan.unstriped));
+  }
+  std::printf("\n");
+}
+
+// Directories on one file system share its drive's bandwidth: striping over them gains nothing.
+void NoteSharedDevices(const std::vector<std::string>& dirs) {
+  std::map<dev_t, std::vector<std::string>> by_device;
+  for (const std::string& dir : dirs) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) by_device[st.st_dev].push_back(dir);
+  }
+  for (const auto& [device, group] : by_device) {
+    if (group.size() < 2) continue;
+    std::fprintf(stderr,
+                 "k3 stripe: note: %s are on one file system: their stripes share its drive's "
+                 "bandwidth\n",
+                 absl::StrJoin(group, ", ").c_str());
+  }
+}
+
+int RunStripeVerify(const Checkpoint& ckpt, const std::vector<std::string>& dirs) {
+  const auto start = std::chrono::steady_clock::now();
+  auto extents = LoadStripes(ckpt, dirs);
+  if (!extents.ok()) return ReportError(kStripeName, extents.status());
+  if (extents->empty()) {
+    return ReportError(kStripeName, absl::NotFoundError(absl::StrCat(
+                                        "none of ", absl::GetFlag(FLAGS_out), " holds stripes (",
+                                        kStripeManifestFile, " not found)")));
+  }
+  PhaseBars bars;
+  absl::Status s = VerifyStripes(
+      ckpt, dirs, [&](uint64_t done, uint64_t total) { bars.Update("verify", done, total); });
+  bars.Finish();
+  if (!s.ok()) return ReportError(kStripeName, s);
+  uint64_t bytes = 0;
+  for (const StripeExtent& e : *extents) bytes += e.length;
+  const double seconds = StripeSecondsSince(start);
+  if (!absl::GetFlag(FLAGS_quiet)) {
+    std::fprintf(stderr, "k3 stripe: %zu extents, %s, CRC-32C verified in %.2f s (%s)\n",
+                 extents->size(), FormatBytes(static_cast<double>(bytes)).c_str(), seconds,
+                 StripeRate(bytes / std::max(seconds, 1e-9)).c_str());
+  }
+  return kExitOk;
+}
+
+int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs) {
+  if (!absl::GetFlag(FLAGS_force)) {
+    for (const std::string& dir : dirs) {
+      if (io::FileExists(io::JoinPath(dir, kStripeManifestFile)) ||
+          io::FileExists(io::JoinPath(dir, kStripeDataFile))) {
+        return UsageError(kStripeName,
+                          absl::StrCat(dir, " already holds stripes (", kStripeDataFile, " or ",
+                                       kStripeManifestFile, "); pass --force to overwrite them"));
+      }
+    }
+  }
+  for (const std::string& dir : dirs) {
+    if (absl::Status s = io::MakeDirectories(dir); !s.ok()) return ReportError(kStripeName, s);
+  }
+  if (!absl::GetFlag(FLAGS_quiet)) NoteSharedDevices(dirs);
+  const std::string weights_text = absl::GetFlag(FLAGS_weights);
+  auto weights =
+      weights_text.empty() ? MeasureWeights(dirs) : ParseWeights(weights_text, dirs.size());
+  if (!weights.ok()) return ReportError(kStripeName, weights.status());
+  auto plan = PlanStripes(ckpt, *weights);
+  if (!plan.ok()) return ReportError(kStripeName, plan.status());
+  if (!absl::GetFlag(FLAGS_quiet)) PrintPlan(*plan, dirs);
+
+  const auto start = std::chrono::steady_clock::now();
+  PhaseBars bars;
+  StripeOptions options;
+  options.progress = [&](std::string_view phase, uint64_t done, uint64_t total) {
+    bars.Update(phase, done, total);
+  };
+  absl::Status s = WriteStripes(ckpt, *plan, dirs, options);
+  bars.Finish();
+  if (!s.ok()) return ReportError(kStripeName, s);
+  if (!absl::GetFlag(FLAGS_quiet)) {
+    const double seconds = StripeSecondsSince(start);
+    const uint64_t bytes = plan->TotalBytes();
+    const auto striped =
+        std::count_if(plan->dir.begin(), plan->dir.end(), [](int d) { return d >= 0; });
+    std::fprintf(stderr,
+                 "k3 stripe: wrote %lld experts, %s over %zu directories in %.2f s (%s), "
+                 "verified (CRC-32C)\n",
+                 static_cast<long long>(striped), FormatBytes(static_cast<double>(bytes)).c_str(),
+                 dirs.size(), seconds, StripeRate(bytes / std::max(seconds, 1e-9)).c_str());
+  }
+  return kExitOk;
+}
+
+int RunStripe(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return UsageError(kStripeName, "unexpected argument " + positional[0]);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (model.empty()) return UsageError(kStripeName, "--model DIR is required");
+  if (out.empty()) return UsageError(kStripeName, "--out DIR1,DIR2,... is required");
+  std::vector<std::string> dirs = absl::StrSplit(out, ',');
+  if (std::any_of(dirs.begin(), dirs.end(), [](const std::string& d) { return d.empty(); })) {
+    return UsageError(kStripeName, absl::StrCat("--out ", out, ": an empty directory name"));
+  }
+  if (dirs.size() > static_cast<size_t>(kMaxStripeDirectories)) {
+    return UsageError(kStripeName, absl::StrCat("--out: at most ", kMaxStripeDirectories,
+                                                " directories, not ", dirs.size()));
+  }
+  const bool verify_only = absl::GetFlag(FLAGS_verify_only);
+  if (absl::GetFlag(FLAGS_measure) && !absl::GetFlag(FLAGS_weights).empty()) {
+    return UsageError(kStripeName, "--measure and --weights exclude each other");
+  }
+  if (verify_only && (absl::GetFlag(FLAGS_measure) || !absl::GetFlag(FLAGS_weights).empty())) {
+    return UsageError(kStripeName,
+                      "--verify-only writes nothing: --weights and --measure do "
+                      "not apply");
+  }
+  auto ckpt = Checkpoint::Open(model);
+  if (!ckpt.ok()) return ReportError(kStripeName, ckpt.status());
+  return verify_only ? RunStripeVerify(**ckpt, dirs) : RunStripeWrite(**ckpt, dirs);
+}
+
+}  // namespace
+
+const Subcommand& StripeCommand() {
+  static const Subcommand kCommand = {
+      kStripeName,
+      "copy the routed experts striped over several drives, every layer on every drive",
+      "stripe --model DIR --out DIR1,DIR2,... [--weights W1,W2,... | --measure] [--force] "
+      "[--quiet] [--verify-only]",
+      "Copies every routed expert of the checkpoint into one of the --out directories (one per\n"
+      "drive), so that each MoE layer's experts are on every drive in proportion to its weight:\n"
+      "a directory's share of each layer is its weight's share within one expert, and\n"
+      "consecutive expert ids alternate directories. Each directory gets k3-experts.stripe (its\n"
+      "experts, each at the same offset modulo 4096 as in its shard, so an O_DIRECT read needs\n"
+      "the same blocks) and k3-stripe.json (the config fingerprint, the weights and, per shard,\n"
+      "each expert's offset, length, place in the data file and CRC-32C). The directories are\n"
+      "written in parallel, read back and checked before any manifest is written; an\n"
+      "interrupted or failed run leaves no stripes that k3 accepts. The shards are not changed:\n"
+      "the stripes are copies. Experts whose parts are not one contiguous span stay in the\n"
+      "shards only. The engine does not read stripes yet: they are the layout for a reader\n"
+      "that sends each layer's expert reads to every drive. Without --weights each directory's "
+      "read rate is measured on a 128 MiB\n"
+      "scratch file (written, read with O_DIRECT for a few seconds, deleted) and used as its\n"
+      "weight. Existing stripes are kept unless --force is given. --verify-only writes nothing\n"
+      "and checks every extent of the stripes in --out against its CRC-32C (exit 1 on a\n"
+      "mismatch, naming the data file and the offset).\n"
+      "Format: docs/STORAGE.md, \"Striped layout\".",
+      kStripe,
+      RunStripe};
+  return kCommand;
+}
+
+}  // namespace k3::cli
