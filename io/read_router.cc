@@ -89,7 +89,9 @@ struct ReadRouter::Impl {
   struct File {
     std::string path;
     FileInfo info;
-    std::vector<Source> sources;  // [0]: the file itself
+    // [0]: the file itself, then its copies, then the stripes by offset (from first_stripe).
+    std::vector<Source> sources;
+    size_t first_stripe = 0;
     std::vector<Extent> stripes;  // as opened
   };
 
@@ -146,6 +148,7 @@ struct ReadRouter::Impl {
 
   mutable absl::Mutex mu;
   std::vector<std::unique_ptr<Device>> devices ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, FileId> opened ABSL_GUARDED_BY(mu);  // by path
   std::vector<File> files ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<ReadId, std::unique_ptr<Request>> live ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<ReadId, ReadResult> done ABSL_GUARDED_BY(mu);
@@ -209,8 +212,14 @@ absl::StatusOr<int> ReadRouter::Impl::AddSource(File& f, const std::string& path
   for (const Source& other : f.sources) {
     if (!s.stripe && !other.stripe && other.device == *device) return -1;
   }
-  auto id = devices[*device]->engine->OpenFile(path);
-  if (!id.ok()) return id.status();
+  // A stripe file holds pieces of many files: opened once.
+  auto known = opened.find(path);
+  if (known == opened.end()) {
+    auto id = devices[*device]->engine->OpenFile(path);
+    if (!id.ok()) return id.status();
+    known = opened.emplace(path, *id).first;
+  }
+  const FileId* id = &known->second;
   s.device = *device;
   s.file = *id;
   s.path = path;
@@ -227,14 +236,30 @@ absl::StatusOr<int> ReadRouter::Impl::AddSource(File& f, const std::string& path
 std::vector<int> ReadRouter::Impl::Candidates(const File& f, uint64_t offset,
                                               uint64_t length) const {
   const uint64_t end = offset + length;
+  // The stripes that may hold the range: those starting at the last start at or before it
+  // (pieces are disjoint, or the same piece in several directories).
+  const auto stripes = std::span(f.sources).subspan(f.first_stripe);
+  auto after = std::upper_bound(stripes.begin(), stripes.end(), offset,
+                                [](uint64_t at, const Source& s) { return at < s.begin; });
+  size_t from = f.sources.size();
+  if (after != stripes.begin()) {
+    const uint64_t begin = std::prev(after)->begin;
+    for (auto it = std::prev(after); it->begin == begin; --it) {
+      from = f.first_stripe + static_cast<size_t>(it - stripes.begin());
+      if (it == stripes.begin()) break;
+    }
+  }
+  const size_t to = f.first_stripe + static_cast<size_t>(after - stripes.begin());
   bool striped = false;
-  for (const Source& s : f.sources) striped |= s.stripe && s.begin <= offset && end <= s.end;
+  for (size_t i = from; i < to; ++i) striped |= end <= f.sources[i].end;
   std::vector<int> out;
   std::vector<int> seen_devices;
-  for (size_t i = 0; i < f.sources.size(); ++i) {
+  for (size_t i = 0; i < to; ++i) {
+    if (i == f.first_stripe) i = std::max(i, from);
+    if (i >= to) break;
     const Source& s = f.sources[i];
     if (s.bad) continue;
-    if (s.stripe ? !(s.begin <= offset && end <= s.end) : (i == 0 && striped)) continue;
+    if (s.stripe ? end > s.end : (i == 0 && striped)) continue;
     if (std::find(seen_devices.begin(), seen_devices.end(), s.device) != seen_devices.end()) {
       continue;
     }
@@ -526,6 +551,9 @@ absl::StatusOr<FileId> ReadRouter::OpenFile(const std::string& path, std::vector
   for (const std::string& copy : copies) {
     if (auto s = m.AddSource(f, copy, {}); !s.ok()) return s.status();
   }
+  f.first_stripe = f.sources.size();
+  std::stable_sort(stripes.begin(), stripes.end(),
+                   [](const Extent& a, const Extent& b) { return a.offset < b.offset; });
   for (Extent& e : stripes) {
     if (e.at % kDirectAlignment != e.offset % kDirectAlignment) {
       return absl::InvalidArgumentError(

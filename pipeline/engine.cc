@@ -9,8 +9,10 @@
 #include <chrono>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/checkpoint/stripe.h"
 #include "core/checkpoint/trunk_pack.h"
 #include "core/model/model.h"
 #include "core/util/progress.h"
@@ -297,8 +299,20 @@ absl::Status Engine::Parts::OpenReads() {
   auto engine = io::ReadRouter::Create(io_options);
   if (!engine.ok()) return engine.status();
   reads = *std::move(engine);
+  // The pieces of a striped layout (k3 stripe) in the volumes, by the shard they belong to.
+  std::vector<std::string> dirs;
+  for (const io::Volume& v : io_options.volumes) dirs.push_back(v.dir);
+  auto striped = options.verify_volumes ? VerifyStripes(*ckpt, dirs) : absl::OkStatus();
+  if (!striped.ok()) return striped;
+  auto pieces = LoadStripes(*ckpt, dirs);
+  if (!pieces.ok()) return pieces.status();
+  absl::flat_hash_map<std::string, std::vector<io::Extent>> stripes;
+  for (const StripeExtent& e : *pieces) {
+    stripes[e.shard].push_back(
+        {.offset = e.offset, .length = e.length, .path = e.path, .at = e.at});
+  }
   for (const std::string& path : ckpt->shard_paths()) {
-    auto id = reads->OpenFile(path);
+    auto id = reads->OpenFile(path, stripes[path.substr(path.rfind('/') + 1)]);
     if (!id.ok()) return id.status();
     shard_files.push_back(*id);
   }
