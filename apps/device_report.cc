@@ -21,13 +21,18 @@ std::string Label(const std::string& value) {
 
 }  // namespace
 
+std::string DeviceName(const io::DeviceReport& d) {
+  if (d.dirs.size() == 1 && d.dirs[0] == d.id) return d.id;
+  return absl::StrCat(d.id, " (", absl::StrJoin(d.dirs, ", "), ")");
+}
+
 std::string DevicesText(const std::vector<io::DeviceReport>& devices, double seconds) {
   if (devices.size() < 2) return "";
   std::string out;
   for (const io::DeviceReport& d : devices) {
     absl::StrAppendFormat(
-        &out, "drive %s (%s): %.3f GB, %.2f GB/s while busy, busy %.0f%%%s\n", d.id,
-        absl::StrJoin(d.dirs, ", "), static_cast<double>(d.bytes) / 1e9, DeliveredRate(d) / 1e9,
+        &out, "drive %s: %.3f GB, %.2f GB/s while busy, busy %.0f%%%s\n", DeviceName(d),
+        static_cast<double>(d.bytes) / 1e9, DeliveredRate(d) / 1e9,
         100 * Fraction(d.busy_seconds, seconds),
         d.failovers > 0 ? absl::StrCat(", ", d.failovers, " reads failed over") : std::string());
   }

@@ -10,6 +10,9 @@
 
 namespace k3 {
 
+// "259:1 (/models/k3, /data/k3)", or the directory of a drive of its own.
+std::string DeviceName(const io::DeviceReport& d);
+
 // One line per drive ("drive 259:1 (/models/k3): 12.1 GB, 3.61 GB/s, busy 94%"), or nothing
 // when there is only one: the run's other lines say it all. `seconds`: the wall time the busy
 // fractions are of.

@@ -207,8 +207,9 @@ std::string Engine::DescribeReads() const {
     absl::StrAppend(&line, "  drives                ", devices.size(),
                     ", each read split over the drives holding its bytes by their rates\n");
     for (const io::DeviceReport& d : devices) {
-      absl::StrAppend(&line, "    ", d.id, "  ", absl::StrJoin(d.dirs, ", "), "  (", d.profile,
-                      ")\n");
+      const bool own = d.dirs.size() == 1 && d.dirs[0] == d.id;  // a volume with its profile
+      absl::StrAppend(&line, "    ", own ? "" : d.id + "  ", absl::StrJoin(d.dirs, ", "), "  (",
+                      d.profile, ")\n");
     }
   }
   return line;
