@@ -8,6 +8,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "apps/bench/io_floor.h"
 #include "apps/cli.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
@@ -154,7 +155,9 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
   if (!replay) return run;
   const io::ReadLog log = engine->TakeReadLog();
   engine.reset();  // its memory back before the replay's buffers
-  auto floor = io::ReplayReadLog(log);
+  auto floor = io::ReplayReadLog(log, 1ull << 30, [&](const std::vector<double>& replays) {
+    return ReplayAgain(replays, run.decode.seconds);
+  });
   if (!floor.ok()) return floor.status();
   run.floor = *floor;
   return run;

@@ -34,7 +34,8 @@ struct DecodeRun {
   double seconds_per_token = 0;  // the median decode step
   double prefill_seconds = 0;
   StepMetrics decode;  // summed over the decode steps
-  // The decode steps' reads replayed right after the run, alone (io/read_replay.h).
+  // The decode steps' reads replayed right after the run, alone, until the replays settle
+  // (io/read_replay.h, apps/bench/io_floor.h).
   io::ReplayResult floor;
   std::vector<int32_t> ids;  // the tokens decoded (greedy), to check every setting agrees
 };
@@ -56,11 +57,14 @@ struct Figures {
   double seconds_per_token = NAN;
   double tokens_per_second = NAN;
   double gb_per_token = NAN;
-  // The replay of the run's own reads, per token; the run's decode time over it; the bandwidth
-  // the replay got.
+  // The fastest replay of the runs' own reads, per token; the run's decode time over it (NaN
+  // when io_floor_note says why it is not shown); the bandwidth the replays got.
   double io_floor_seconds = NAN;
   double ratio_to_floor = NAN;
   double floor_gbps = NAN;
+  int io_floor_replays = 0;        // replays behind the floor, over every run
+  double io_floor_spread = NAN;    // the two fastest replays' gap (apps/bench/io_floor.h)
+  std::string io_floor_note = "";  // why the ratio is "-" though the runs read bytes
   double mean_step_seconds = NAN;  // decode time / tokens (the replay covers every step)
   double stall_fraction = NAN;
   double disk_busy_fraction = NAN;

@@ -4,9 +4,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "apps/bench/bench_plot.h"
 #include "apps/bench/decode_bench.h"
+#include "apps/bench/io_floor.h"
 #include "apps/flags.h"
 #include "apps/tables.h"
 #include "core/util/median.h"
@@ -45,8 +47,7 @@ Figures RunFigures(const DecodeRun& r) {
   f.prefetch_wasted_gb = per_token_gb(m.expert_prefetch_wasted_bytes);
   f.trunk_gb = per_token_gb(m.trunk_bytes);
   f.mean_step_seconds = Ratio(m.seconds, tokens);
-  if (r.floor.bytes > 0) {  // a run that read nothing has no floor ("-")
-    f.io_floor_seconds = Ratio(r.floor.seconds, tokens);
+  if (r.floor.bytes > 0) {  // a run that read nothing has no floor ("-"); the row's: Summarize
     f.floor_gbps = Ratio(static_cast<double>(r.floor.bytes) / 1e9, r.floor.seconds);
   }
   return f;
@@ -84,6 +85,9 @@ nlohmann::json DecodeRowJson(const DecodeRow& r) {
                       {"io_floor_seconds_per_token", Figure(f.io_floor_seconds)},
                       {"ratio_to_io_floor", Figure(f.ratio_to_floor)},
                       {"io_floor_gbps", Figure(f.floor_gbps)},
+                      {"io_floor_replays", f.io_floor_replays},
+                      {"io_floor_spread", Figure(f.io_floor_spread)},
+                      {"io_floor_note", f.io_floor_note},
                       {"stall_fraction", Figure(f.stall_fraction)},
                       {"disk_busy_fraction", Figure(f.disk_busy_fraction)},
                       {"hit_rate", Figure(f.hit_rate)},
@@ -98,6 +102,7 @@ nlohmann::json DecodeRowJson(const DecodeRow& r) {
                          {"prefill_seconds", run.prefill_seconds},
                          {"io_floor",
                           {{"seconds", run.floor.seconds},
+                           {"replay_seconds", run.floor.replay_seconds},
                            {"bytes", run.floor.bytes},
                            {"reads", run.floor.reads},
                            {"concurrency", run.floor.concurrency}}},
@@ -145,7 +150,8 @@ std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& 
       "tokens_per_second,gb_per_token,raw_gbps,io_floor_seconds_per_token,ratio_to_io_floor,"
       "stall_fraction,disk_busy_fraction,hit_rate,prefetch_precision,prefetch_recall,"
       "prefill_seconds,expert_demand_gb_per_token,expert_prefetch_used_gb_per_token,"
-      "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap",
+      "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap,"
+      "io_floor_replays,io_floor_spread,io_floor_note",
       ','));
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
@@ -160,6 +166,9 @@ std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& 
     }
     cells.push_back(CsvTable::Text(s.base.memory.preset));
     cells.push_back(s.base.overlap ? "true" : "false");
+    cells.push_back(absl::StrCat(f.io_floor_replays));
+    cells.push_back(CsvNumber(f.io_floor_spread));
+    cells.push_back(CsvTable::Text(f.io_floor_note));
     csv.AddRow(cells);
   }
   return csv.text();
@@ -201,12 +210,20 @@ Figures Summarize(const DecodeRow& row) {
   }
   // Each replay is one sample of how fast the volume reads these requests, and on a shared disk
   // the samples of one row differ by tens of percent; the fastest is the estimate of what it
-  // can do. The ratio sets the row's median mean step against it (docs/BENCHMARKS.md).
-  f.io_floor_seconds = NAN;
-  for (const Figures& r : runs) {
-    f.io_floor_seconds = std::fmin(f.io_floor_seconds, r.io_floor_seconds);  // skips NaN
+  // can do. The ratio sets the row's median mean step against it, when the replays make a floor
+  // at all (apps/bench/io_floor.h, docs/BENCHMARKS.md).
+  std::vector<RunReplays> replays;
+  for (const DecodeRun& r : row.runs) {
+    replays.push_back(
+        {.seconds = r.floor.bytes > 0 ? r.floor.replay_seconds : std::vector<double>{},
+         .tokens = static_cast<double>(r.decode.tokens)});
   }
-  f.ratio_to_floor = Ratio(f.mean_step_seconds, f.io_floor_seconds);
+  const FloorVerdict floor = JudgeFloor(f.mean_step_seconds, replays);
+  f.io_floor_seconds = floor.seconds_per_token;
+  f.ratio_to_floor = floor.ratio;
+  f.io_floor_replays = floor.replays;
+  f.io_floor_spread = floor.spread;
+  f.io_floor_note = floor.note;
   // From the medians, so that the table's columns reproduce each other.
   f.tokens_per_second = Ratio(1, f.seconds_per_token);
   return f;
@@ -224,15 +241,27 @@ void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat) {
                        absl::StrCat("s/token (median of ", repeat, ")"), "tokens/s", "GB/token",
                        "raw GB/s", "x I/O floor", "stall", "hit rate", "prefetch precision",
                        "prefetch recall"});
+  // A row whose replays make no floor shows "- [n]", and note n below the table says why.
+  std::vector<std::string> notes;
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
+    if (!f.io_floor_note.empty()) {
+      notes.push_back(absl::StrFormat("[%d] %s %s, queue depth %d, prefetch distance %d: %s",
+                                      notes.size() + 1, r.volume, r.profile, r.queue_depth,
+                                      r.prefetch_distance, f.io_floor_note));
+    }
+    const std::string ratio = FloorCell({.ratio = f.ratio_to_floor, .note = f.io_floor_note},
+                                        static_cast<int>(notes.size()));
     table.AddRow({r.volume, r.profile, absl::StrCat(r.queue_depth),
                   absl::StrCat(r.prefetch_distance), Sig3(f.seconds_per_token),
-                  Sig3(f.tokens_per_second), Sig3(f.gb_per_token), Sig3(r.raw_gbps),
-                  Fraction(f.ratio_to_floor), Fraction(f.stall_fraction), Fraction(f.hit_rate),
-                  Fraction(f.precision), Fraction(f.recall)});
+                  Sig3(f.tokens_per_second), Sig3(f.gb_per_token), Sig3(r.raw_gbps), ratio,
+                  Fraction(f.stall_fraction), Fraction(f.hit_rate), Fraction(f.precision),
+                  Fraction(f.recall)});
   }
   std::fputs(table.text().c_str(), stdout);
+  if (!notes.empty()) {
+    std::printf("\nx I/O floor not shown:\n%s\n", absl::StrJoin(notes, "\n").c_str());
+  }
 }
 
 std::string Caption(const DecodeSettings& s) {

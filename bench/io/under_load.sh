@@ -48,9 +48,11 @@ def rate(mode, r):
     row = json.load(open(f"{out}/{mode}.{r}.json"))["results"][0]
     if "gbps_median" in row:  # k3 bench --raw
         return row["gbps_median"], ""
-    floor = row["runs"][0]["io_floor"]
+    floor = row["runs"][0]["io_floor"]  # seconds: the fastest of the run's replays
+    ratio = row["ratio_to_io_floor"]  # null when the replays make no floor (io_floor_note)
+    ratio = "-" if ratio is None else f"{ratio:.2f}"
     return (floor["bytes"] / 1e9 / floor["seconds"],
-            f'{row["seconds_per_token"]:.3f} ({row["ratio_to_io_floor"]:.2f})')
+            f'{row["seconds_per_token"]:.3f} ({ratio})')
 print(f"| round | idle GB/s | {busy} busy loops GB/s | loaded / idle |"
       " idle s/token (x floor) | loaded s/token (x floor) |")
 print("|---|---|---|---|---|---|")

@@ -99,6 +99,9 @@ TEST_F(BenchTest, SweepPrintsTableAndWritesCsvJsonAndPlot) {
                               "io_floor_seconds_per_token",
                               "ratio_to_io_floor",
                               "io_floor_gbps",
+                              "io_floor_replays",
+                              "io_floor_spread",
+                              "io_floor_note",
                               "stall_fraction",
                               "disk_busy_fraction",
                               "hit_rate",
@@ -132,10 +135,11 @@ TEST_F(BenchTest, SweepPrintsTableAndWritesCsvJsonAndPlot) {
   EXPECT_THAT(svg, HasSubstr("s/token"));
 }
 
-// The floor is the run's own reads replayed. On emulated volumes the answer is known whatever
-// the machine does (emulation only slows reads down): through a 20 MB/s pipe the replay takes
-// at least bytes / 20 MB/s; at depth 1 with 1 ms per read, at least 1 ms per read. (That no run
-// beats its floor is a timing property: measured in docs/BENCHMARKS.md, not asserted here.)
+// The floor is the run's own reads replayed, several times, the fastest replay counting. On
+// emulated volumes the answer is known whatever the machine does (emulation only slows reads
+// down): through a 20 MB/s pipe every replay takes at least bytes / 20 MB/s; at depth 1 with
+// 1 ms per read, at least 1 ms per read. A row shows its ratio to the floor only when it is at
+// least 1, and otherwise says why not (the rule itself, on made-up times: io_floor_test.cc).
 TEST_F(BenchTest, TheFloorIsTheRunsOwnReadsReplayedOnTheSameVolume) {
   testing::TempDir out;
   auto r =
@@ -156,15 +160,26 @@ TEST_F(BenchTest, TheFloorIsTheRunsOwnReadsReplayedOnTheSameVolume) {
     EXPECT_GT(bytes, 0.9 * read);
     EXPECT_LE(bytes, 1.01 * read);
     EXPECT_EQ(floor["concurrency"], row["queue_depth"]);
+    const std::vector<double> replays = floor["replay_seconds"].get<std::vector<double>>();
+    ASSERT_GE(replays.size(), 3u);
+    EXPECT_LE(replays.size(), 6u);
+    EXPECT_EQ(row["io_floor_replays"], replays.size());
     const double seconds = floor["seconds"].get<double>();
+    EXPECT_EQ(seconds, *std::min_element(replays.begin(), replays.end()));
     if (row["profile"] == "bw=20MB/s") {
       EXPECT_GE(seconds, bytes / 20e6);
     } else if (row["queue_depth"] == 1) {
       EXPECT_GE(seconds, floor["reads"].get<double>() * 1e-3);
     }
     EXPECT_DOUBLE_EQ(row["io_floor_seconds_per_token"].get<double>(), seconds / 2);
-    EXPECT_DOUBLE_EQ(row["ratio_to_io_floor"].get<double>(),
-                     row["runs"][0]["decode"]["seconds"].get<double>() / seconds);
+    if (row["ratio_to_io_floor"].is_null()) {
+      EXPECT_NE(row["io_floor_note"], "");
+    } else {
+      EXPECT_EQ(row["io_floor_note"], "");
+      EXPECT_DOUBLE_EQ(row["ratio_to_io_floor"].get<double>(),
+                       row["runs"][0]["decode"]["seconds"].get<double>() / seconds);
+      EXPECT_GE(row["ratio_to_io_floor"].get<double>(), 1);
+    }
   }
   EXPECT_EQ(profiles, (std::set<std::string>{"bw=20MB/s", "bw=1000MB/s,lat=1ms"}));
 }

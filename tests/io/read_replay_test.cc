@@ -3,7 +3,9 @@
 // depth, and an emulated volume's bandwidth bounds it from below.
 #include "io/read_replay.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/io/io_test_util.h"
@@ -92,12 +94,44 @@ TEST_F(ReadReplayTest, TheReplayReadsTheLoggedBytesAtTheQueueDepthNoFasterThanTh
   EXPECT_EQ(capped->bytes, replay->bytes);
 }
 
+TEST_F(ReadReplayTest, TheLogIsReplayedWhileAskedAndTheFastestReplayIsTheFloor) {
+  ReadLog log{
+      .paths = {file_.path}, .reads = {}, .options = {.engine = OptionsFor(Backend::kAuto)}};
+  for (int i = 0; i < 6; ++i) {
+    log.reads.push_back({.file = 0, .offset = i * (300ull << 10), .length = 100 << 10});
+  }
+  log.options.engine.queue_depth = 2;
+  auto profile = ParseStorageProfile("bw=40MB/s");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  log.options.engine.profile = *profile;
+  std::vector<size_t> asked;  // how many replays each question saw
+  auto replay = ReplayReadLog(log, 1ull << 30, [&](const std::vector<double>& seconds) {
+    asked.push_back(seconds.size());
+    return seconds.size() < 3;
+  });
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(asked, (std::vector<size_t>{1, 2, 3}));
+  ASSERT_EQ(replay->replay_seconds.size(), 3u);
+  EXPECT_EQ(replay->seconds,
+            *std::min_element(replay->replay_seconds.begin(), replay->replay_seconds.end()));
+  EXPECT_EQ(replay->bytes, 6u * (100 << 10));  // one replay's bytes
+  EXPECT_EQ(replay->concurrency, 2);
+  for (double s : replay->replay_seconds) EXPECT_GE(s, static_cast<double>(replay->bytes) / 40e6);
+
+  // Without a question: once.
+  auto once = ReplayReadLog(log);
+  ASSERT_TRUE(once.ok()) << once.status();
+  EXPECT_EQ(once->replay_seconds.size(), 1u);
+  EXPECT_EQ(once->seconds, once->replay_seconds[0]);
+}
+
 TEST_F(ReadReplayTest, AnEmptyLogTakesNoTimeAndABadOneIsRefused) {
   ReadLog log{.paths = {file_.path}, .reads = {}, .options = {}};
   auto empty = ReplayReadLog(log);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->seconds, 0);
   EXPECT_EQ(empty->bytes, 0u);
+  EXPECT_TRUE(empty->replay_seconds.empty());
   log.reads.push_back({.file = 3, .offset = 0, .length = 10});
   EXPECT_EQ(ReplayReadLog(log).status().code(), absl::StatusCode::kInvalidArgument);
   log.reads[0] = {.file = 0, .offset = kFileBytes - 5, .length = 10};  // past the end
