@@ -84,7 +84,10 @@ ABSL_FLAG(double, prompt_cache_gb, 20,
 ABSL_FLAG(std::string, prefill_chunk, AutoOr(EngineDefaults().prefill_chunk),
           "Prompt tokens run through each layer together, N or auto: the most whose activations "
           "take a quarter of the budget (at most --max-context); the plan says which. A chunk "
-          "reads the streamed trunk and each expert it touches once.");
+          "reads the streamed trunk and each expert it touches once. With --trunk-gb/--cache-gb "
+          "the split stays as given and auto's activations come on top of it, a quarter of the "
+          "total (what --ram-gb of that total gets; within the RAM available); --preset ultra "
+          "keeps 64.");
 ABSL_FLAG(double, ring_piece_mb, static_cast<double>(EngineDefaults().ring_piece_bytes) / (1 << 20),
           absl::StrCat("Trunk ring: MB of a piece, the most of one matrix's rows read and "
                        "multiplied at once where the trunk streams (0 = ",

@@ -47,8 +47,8 @@ struct RingOptions {
 inline constexpr uint64_t kProcessOverheadBytes = 64ull << 20;
 inline constexpr uint64_t kDefaultPieceBytes = 32ull << 20;
 inline constexpr int kDefaultRingSlots = 4;  // the minimum's ring
-// The prompt chunk of a budget that grows with what runs, and the least `--prefill-chunk auto`
-// takes where the budget allows more (a prompt's experts are read once a chunk).
+// The prompt chunk of --preset ultra, and the least `--prefill-chunk auto` takes where the budget
+// allows more (a prompt's experts are read once a chunk).
 inline constexpr int kSmallPrefillChunk = 64;
 inline constexpr int kMaxRingSlots = 64;
 // Compressed pieces decoded whole (for a row-by-row user) held at once: two in use at a time at
@@ -60,7 +60,8 @@ inline constexpr int kEmbeddingRowsPerRead = 16;
 // kernels/internal/panel-inl.h) and its accumulators.
 inline constexpr uint64_t kProductScratchBytes = 2ull << 20;
 // `--prefill-chunk auto`: the largest chunk whose activations take at most this share of the
-// budget, and at most kMaxAutoPrefillChunk tokens (docs/MEMORY.md says why a quarter).
+// budget (with an explicit split, of the split, the fixed parts and the activations on top of
+// them), and at most kMaxAutoPrefillChunk tokens (docs/MEMORY.md says why a quarter).
 inline constexpr double kAutoPrefillShare = 0.25;
 inline constexpr int64_t kMaxAutoPrefillChunk = 65536;
 // `--max-context auto`: the longest context whose growing state (MLA latents and token ids) for

@@ -144,21 +144,35 @@ absl::Status TooManySequences(const RunRequest& r, bool auto_context, int asked,
 
 // `--prefill-chunk auto` over `plan`, made for `small`'s chunks at `context` tokens: a whole
 // prompt in one chunk reads the streamed trunk and each expert it touches once per layer, where
-// small chunks read them once per chunk.
+// small chunks read them once per chunk. `ram`: the RAM available (0: unknown).
 void GrowPrefillChunk(const Checkpoint& ckpt, const RunRequest& r, int64_t context,
                       const ModelFootprint& small, uint64_t ram, MemoryPlan& plan) {
-  // A budget that grows with what runs (preset ultra, the minimum; an explicit --trunk-gb and
-  // --cache-gb, to which the fixed parts are added) keeps the small chunks: auto takes memory
-  // from the budget, never adds to it.
   const MemoryRequest& m = r.memory;
-  if (m.preset == "ultra" || m.trunk_gb > 0 || m.cache_gb > 0) {
+  if (m.preset == "ultra") {  // the least memory: the small chunks
     plan.prefill_chunk_source =
-        absl::StrCat("auto: ", small.prefill_chunk, " with a budget that grows with what runs");
+        absl::StrCat("auto: ", small.prefill_chunk, ", the least memory (--preset ultra)");
     return;
   }
   const uint64_t per_token = std::max<uint64_t>(1, small.prefill_bytes_per_token);
-  const auto share =
-      static_cast<uint64_t>(kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
+  // --ram-gb and the presets: the activations take a quarter of the budget from the trunk and
+  // the cache. An explicit split stays what it says: the activations come on top of it, like the
+  // other fixed parts, and take a quarter of the total they make (a third of the rest), so the
+  // split plans the chunk --ram-gb of that total plans; and no more than the RAM available holds
+  // beside the rest.
+  const bool split = m.trunk_gb > 0 || m.cache_gb > 0;
+  const uint64_t rest = plan.budget_bytes - per_token * static_cast<uint64_t>(small.prefill_chunk);
+  auto share = static_cast<uint64_t>(
+      split ? kAutoPrefillShare / (1 - kAutoPrefillShare) * static_cast<double>(rest)
+            : kAutoPrefillShare * static_cast<double>(plan.budget_bytes));
+  bool by_ram = false;
+  if (split && ram > 0) {
+    const uint64_t room =
+        ram > rest + kProcessOverheadBytes ? ram - rest - kProcessOverheadBytes : 0;
+    by_ram = room < share;
+    share = std::min(share, room);
+  }
+  const std::string activations =
+      absl::StrCat("activations of ", FormatBytes(static_cast<double>(per_token)), " a token");
   const int64_t cap = std::min(kMaxAutoPrefillChunk, context);
   const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(share / per_token), 1, cap);
   for (int64_t chunk = most; chunk > small.prefill_chunk; chunk /= 2) {
@@ -169,22 +183,34 @@ void GrowPrefillChunk(const Checkpoint& ckpt, const RunRequest& r, int64_t conte
     const uint64_t minimum = plan.minimum_bytes;  // the smallest budget runs small chunks
     plan = *std::move(planned);
     plan.minimum_bytes = minimum;
-    const std::string activations =
-        absl::StrCat("activations of ", FormatBytes(static_cast<double>(per_token)), " a token");
+    const std::string on_top =
+        split ? absl::StrCat(
+                    "; its ",
+                    FormatBytes(static_cast<double>(per_token * static_cast<uint64_t>(chunk))),
+                    " of activations come on top of the --trunk-gb/--cache-gb split")
+              : "";
     if (chunk < most) {
-      plan.prefill_chunk_source =
-          absl::StrCat("auto, halved from ", most, " until the plan fits (", activations, ")");
+      plan.prefill_chunk_source = absl::StrCat("auto, halved from ", most, " until the plan fits (",
+                                               activations, ")", on_top);
     } else if (most == cap) {
       plan.prefill_chunk_source =
-          absl::StrCat("auto, capped at ", cap == context ? "--max-context " : "", cap);
+          absl::StrCat("auto, capped at ", cap == context ? "--max-context " : "", cap, on_top);
+    } else if (by_ram) {
+      plan.prefill_chunk_source = absl::StrCat("auto, the most whose ", activations, " fit in the ",
+                                               FormatBytes(static_cast<double>(ram)),
+                                               " available beside the rest of the plan", on_top);
     } else {
-      plan.prefill_chunk_source =
-          absl::StrCat("auto, the most whose ", activations, " take a quarter of the budget");
+      plan.prefill_chunk_source = absl::StrCat("auto, the most whose ", activations,
+                                               " take a quarter of the budget", on_top);
     }
     return;
   }
-  plan.prefill_chunk_source = absl::StrCat("auto: no more than ", small.prefill_chunk,
-                                           " tokens' activations fit beside the model");
+  plan.prefill_chunk_source =
+      by_ram ? absl::StrCat("auto: ", small.prefill_chunk, ", the ",
+                            FormatBytes(static_cast<double>(ram)),
+                            " available hold no more beside the --trunk-gb/--cache-gb split")
+             : absl::StrCat("auto: no more than ", small.prefill_chunk,
+                            " tokens' activations fit beside the model");
 }
 
 }  // namespace

@@ -14,7 +14,10 @@
 //
 // `--prefill-chunk auto`: the plan made for chunks of kSmallPrefillChunk, re-made for the largest
 // chunk whose activations take at most kAutoPrefillShare of the budget (and at most the
-// context), halved while that plan does not fit in the same budget.
+// context), halved while that plan does not fit in the same budget. An explicit
+// --trunk-gb/--cache-gb split stays what it says: the activations come on top of it and take
+// kAutoPrefillShare of the total they make (the chunk --ram-gb of that total gets), at most what
+// the RAM available holds beside the rest of the plan. --preset ultra keeps kSmallPrefillChunk.
 #pragma once
 
 #include <cstdint>

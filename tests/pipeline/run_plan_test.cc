@@ -1,7 +1,8 @@
 // --max-context auto (pipeline/run_plan.h): the longest context whose growing state takes a
 // quarter of the budget, or what the budget holds beside the whole model, up to the model's
 // limit; the batch sized first so that each sequence gets an agent's context; a number given
-// wins; a warning below kAgentContext; monotonic in the budget.
+// wins; a warning below kAgentContext; monotonic in the budget. --prefill-chunk auto under an
+// explicit --trunk-gb/--cache-gb split: a whole prompt's chunk on top of the split.
 #include "pipeline/run_plan.h"
 
 #include <gmock/gmock.h>
@@ -170,6 +171,138 @@ TEST_F(ContextPlanTest, TheUltraPresetKeepsAChatsContextAndWarns) {
   EXPECT_EQ((*engine)->max_context(), kUltraContext);
   EXPECT_THAT((*engine)->context_warning(), HasSubstr("--max-context 32768"));
   EXPECT_THAT((*engine)->plan().Describe(), HasSubstr("(--preset ultra)"));
+}
+
+// --prefill-chunk auto under an explicit --trunk-gb/--cache-gb split: the split stays what it
+// says, and the chunk's activations come on top of it, taking a quarter of the total they make
+// (the chunk --ram-gb of that total plans); the plan's budget grows by them and its text says so.
+class SplitPrefillChunkTest : public ::k3::testing::TinyModelSuite {
+ protected:
+  static constexpr int64_t kContext = 1 << 14;
+  void SetUp() override {
+    auto c = Checkpoint::Open(ModelDir());
+    ASSERT_TRUE(c.ok()) << c.status();
+    ckpt_ = *std::move(c);
+    small_ = MeasureFootprint(*ckpt_, kContext, kSmallPrefillChunk);
+    per_token_ = small_.prefill_bytes_per_token;
+    ASSERT_GT(per_token_, 0u);
+  }
+  RunRequest Request(const MemoryRequest& memory) const {
+    RunRequest r;
+    r.memory = memory;
+    r.max_context = kContext;
+    r.prefill_chunk = kAutoPrefillChunk;
+    return r;
+  }
+  // A split whose total before the chunk is `tokens` chunk tokens' activations (its third holds
+  // tokens / 3), half of it trunk and half expert cache.
+  MemoryRequest Split(int64_t tokens) const {
+    auto fixed = PlanMemory(small_, {.trunk_gb = 1, .cache_gb = 1}, 0);
+    EXPECT_TRUE(fixed.ok()) << fixed.status();
+    const double rest = static_cast<double>(per_token_) * static_cast<double>(tokens);
+    const double parts = rest - static_cast<double>(fixed->budget_bytes - 2'000'000'000) +
+                         static_cast<double>(per_token_ * kSmallPrefillChunk);
+    return {.trunk_gb = parts / 2 / 1e9, .cache_gb = parts / 2 / 1e9};
+  }
+
+  std::unique_ptr<Checkpoint> ckpt_;
+  ModelFootprint small_;
+  uint64_t per_token_ = 0;
+};
+
+TEST_F(SplitPrefillChunkTest, AWholePromptsChunkComesOnTopOfTheSplit) {
+  const MemoryRequest split = Split(18'000);  // a chunk of about 6,000 tokens
+  auto at_small = PlanMemory(small_, split, 0);
+  ASSERT_TRUE(at_small.ok()) << at_small.status();
+  auto run = PlanRun(*ckpt_, Request(split), 0);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const MemoryPlan& plan = run->memory;
+  const int64_t chunk = plan.prefill_chunk;
+  EXPECT_GE(chunk, 2048);  // a 2,048-token prompt in one pass (chunks of 64 before)
+  EXPECT_LT(chunk, kContext);
+  // The most whose activations take a quarter of the budget they join.
+  const auto activations = [&](int64_t tokens) {
+    return static_cast<double>(per_token_) * static_cast<double>(tokens);
+  };
+  const double before = static_cast<double>(at_small->budget_bytes) - activations(64);
+  EXPECT_LE(activations(chunk), kAutoPrefillShare * (before + activations(chunk)));
+  EXPECT_GT(activations(chunk + 1), kAutoPrefillShare * (before + activations(chunk + 1)));
+  // The split stays what it says; the budget grows by the activations.
+  EXPECT_EQ(plan.budget_bytes - at_small->budget_bytes,
+            per_token_ * static_cast<uint64_t>(chunk - kSmallPrefillChunk));
+  EXPECT_EQ(plan.cache_slots, at_small->cache_slots);
+  EXPECT_EQ(plan.pinned, at_small->pinned);
+  EXPECT_EQ(plan.ring_slots, at_small->ring_slots);
+  EXPECT_LE(plan.planned_bytes(), plan.budget_bytes);
+  EXPECT_EQ(plan.minimum_bytes, at_small->minimum_bytes);
+  const std::string text = plan.Describe();
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("prompt chunks of ", chunk,
+                                           " tokens: auto, the most whose activations of ")));
+  EXPECT_THAT(text, HasSubstr(" take a quarter of the budget; its "));
+  EXPECT_THAT(text, HasSubstr(" of activations come on top of the --trunk-gb/--cache-gb split)"));
+  // --ram-gb of the same total plans the same chunk (to a token: the GB figure rounds).
+  auto ram = PlanRun(*ckpt_, Request({.ram_gb = static_cast<double>(plan.budget_bytes) / 1e9}), 0);
+  ASSERT_TRUE(ram.ok()) << ram.status();
+  EXPECT_NEAR(static_cast<double>(ram->memory.prefill_chunk), static_cast<double>(chunk), 1);
+}
+
+TEST_F(SplitPrefillChunkTest, CappedAtTheContextAndSaysSo) {
+  auto run = PlanRun(*ckpt_, Request({.trunk_gb = 1, .cache_gb = 1}), 0);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->memory.prefill_chunk, kContext);
+  EXPECT_THAT(run->memory.Describe(),
+              HasSubstr(absl::StrCat("auto, capped at --max-context ", kContext, "; its ")));
+}
+
+// The RAM available holds the activations beside the rest of the plan: the split is the user's,
+// what auto adds on top of it is not.
+TEST_F(SplitPrefillChunkTest, NoMoreThanTheRamAvailableHolds) {
+  const MemoryRequest split = Split(18'000);
+  auto at_small = PlanMemory(small_, split, 0);
+  ASSERT_TRUE(at_small.ok()) << at_small.status();
+  const uint64_t rest = at_small->budget_bytes - per_token_ * kSmallPrefillChunk;
+  const uint64_t available = rest + kProcessOverheadBytes + 1000 * per_token_;
+  auto run = PlanRun(*ckpt_, Request(split), available);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->memory.prefill_chunk, 1000);
+  EXPECT_THAT(run->memory.Describe(), HasSubstr(" available beside the rest of the plan; its "));
+  auto tight = PlanRun(*ckpt_, Request(split), rest);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_EQ(tight->memory.prefill_chunk, kSmallPrefillChunk);
+  EXPECT_THAT(tight->memory.Describe(), HasSubstr("available hold no more beside the --trunk-gb"));
+}
+
+// --preset ultra is for the least memory: the small chunks.
+TEST_F(SplitPrefillChunkTest, TheUltraPresetKeepsTheSmallChunks) {
+  auto run = PlanRun(*ckpt_, Request({.preset = "ultra"}), 0);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->memory.prefill_chunk, kSmallPrefillChunk);
+  EXPECT_THAT(run->memory.Describe(), HasSubstr("the least memory (--preset ultra)"));
+}
+
+// The engine runs a 2,048-token prompt under a split whose trunk streams in one pass: the trunk
+// read once, as one decode step reads it (chunks of 64 read it 32 times).
+TEST_F(SplitPrefillChunkTest, ALongPromptReadsTheStreamedTrunkOnce) {
+  EngineOptions o = ::k3::testing::OptionsFor(ModelDir());
+  o.prefill_chunk = kAutoPrefillChunk;
+  o.max_context = 4096;
+  auto least = PlanMemory(small_, {.preset = "ultra"}, 0);
+  ASSERT_TRUE(least.ok()) << least.status();
+  o.memory = {.trunk_gb = static_cast<double>(least->ring_bytes()) / 1e9 + 1e-6,
+              .cache_gb = 2 * Split(18'000).cache_gb};
+  auto engine = Engine::Open(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_GT((*engine)->plan().streamed_layers(), 0);
+  ASSERT_GE((*engine)->prefill_chunk(), 2048);
+  std::vector<int32_t> prompt(2048);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>((t * 37 + 5) % 250);
+  SequenceState state = (*engine)->NewState();
+  std::vector<float> logits;
+  StepMetrics prefill, decode;
+  ASSERT_TRUE((*engine)->Prefill(prompt, state, logits, &prefill).ok());
+  ASSERT_TRUE((*engine)->Decode(7, state, logits, &decode).ok());
+  ASSERT_GT(decode.trunk_bytes, 0u);
+  EXPECT_LT(prefill.trunk_bytes, 2 * decode.trunk_bytes);
 }
 
 }  // namespace
