@@ -11,7 +11,10 @@
 #include "apps/disk_rate.h"
 #include "apps/flags.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/stripe.h"
 #include "core/util/progress.h"
+#include "io/file.h"
+#include "io/read_router.h"
 #include "pipeline/memory_plan.h"
 
 namespace k3::cli {
@@ -147,6 +150,53 @@ void PrintPresets(const Checkpoint& ckpt) {
       FormatBytes(static_cast<double>(available)).c_str(), kSmallPrefillChunk, rate_note.c_str());
 }
 
+// The volumes' copies of the model's files, and any stripes in them: listed, and with
+// --verify-volumes compared byte for byte (stripes: every checksum). False when one differs.
+bool InspectVolumes(const Checkpoint& ckpt) {
+  const std::vector<std::string> specs = io::JoinVolumeParts(absl::GetFlag(FLAGS_volume));
+  if (specs.empty()) return true;
+  const bool full = absl::GetFlag(FLAGS_verify_volumes);
+  bool ok = true;
+  std::vector<std::string> dirs;
+  std::printf("\n%-40s %7s %s\n", "volume", "copies",
+              full ? "every byte" : "size, header, samples");
+  for (const std::string& spec : specs) {
+    auto volume = io::ParseVolume(spec);
+    if (!volume.ok()) {
+      std::fprintf(stderr, "k3 inspect: %s\n", std::string(volume.status().message()).c_str());
+      return false;
+    }
+    dirs.push_back(volume->dir);
+    int copies = 0, bad = 0;
+    for (const std::string& path : ckpt.shard_paths()) {
+      const std::string copy = volume->dir + path.substr(path.rfind('/'));
+      if (!io::FileExists(copy)) continue;
+      ++copies;
+      std::unique_ptr<ProgressBar> bar;
+      absl::Status s = io::CheckCopy(
+          path, copy, full ? io::CopyCheck::kFull : io::CopyCheck::kSampled,
+          [&](uint64_t done, uint64_t total) {
+            if (!bar) bar = std::make_unique<ProgressBar>("verify", total, "B", ShowProgress());
+            bar->Update(done);
+          });
+      if (bar) bar->Finish();
+      if (!s.ok()) {
+        ++bad;
+        std::fprintf(stderr, "k3 inspect: %s\n", std::string(s.message()).c_str());
+      }
+    }
+    std::printf("%-40s %7d %s\n", volume->dir.c_str(), copies,
+                bad == 0 ? "same as the model's" : absl::StrCat(bad, " differ").c_str());
+    ok &= bad == 0;
+  }
+  absl::Status stripes = full ? VerifyStripes(ckpt, dirs) : LoadStripes(ckpt, dirs).status();
+  if (!stripes.ok()) {
+    std::fprintf(stderr, "k3 inspect: %s\n", std::string(stripes.message()).c_str());
+    ok = false;
+  }
+  return ok;
+}
+
 int RunInspect(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kInspectName, "unexpected argument " + positional[0]);
   const std::string dir = absl::GetFlag(FLAGS_model);
@@ -159,7 +209,7 @@ int RunInspect(const std::vector<std::string>& positional) {
   PrintConfig((*ckpt)->config());
   PrintCensus(**ckpt);
   PrintPresets(**ckpt);
-  return kExitOk;
+  return InspectVolumes(**ckpt) ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -168,7 +218,7 @@ const Subcommand& InspectCommand() {
   static const Subcommand kCommand = {
       kInspectName,
       "show what a checkpoint holds, check that it is complete, and what each preset gives",
-      "inspect --model DIR [--disk-gbps X]",
+      "inspect --model DIR [--disk-gbps X] [--volume DIR ... [--verify-volumes]]",
       "Shows what a checkpoint holds: its config, bytes by kind (embedding, attention, router,\n"
       "shared and routed experts, ...), expert size and whether each expert is one contiguous\n"
       "read. Opening the checkpoint checks every header and that every tensor the config needs\n"
@@ -179,7 +229,11 @@ const Subcommand& InspectCommand() {
       "--max-context auto) and the small prompt chunk (printed below; not --prefill-chunk auto);\n"
       "and what a decode token would read (streamed trunk plus the experts the cache misses,\n"
       "its hit rate taken as the share of experts it holds) and take at the disk's rate:\n"
-      "--disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).",
+      "--disk-gbps, or measured as k3 doctor does on the largest shard (2.5 s).\n\n"
+      "With --volume: the copies of the model's files each volume holds, checked as a run\n"
+      "checks them (size, header, samples), or byte for byte with --verify-volumes, and any\n"
+      "k3 stripe layout in them (every checksum with --verify-volumes). Exit 1 when a copy or\n"
+      "a stripe differs, naming it.",
       kInspect,
       RunInspect};
   return kCommand;

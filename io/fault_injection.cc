@@ -94,8 +94,24 @@ bool FaultPlan::Covers(const Rule& rule, int64_t attempt) const {
   return attempt >= rule.first && (rule.count < 0 || attempt < rule.first + rule.count);
 }
 
+FaultPlan& FaultPlan::FailFile(const std::string& path_suffix, int err, int64_t first) {
+  AnnotatedMutexLock lock(&mu_);
+  Rule rule;
+  rule.kind = Kind::kFailFile;
+  rule.first = first;
+  rule.err = err;
+  rule.path_suffix = path_suffix;
+  rules_.push_back(rule);
+  return *this;
+}
+
 bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, uint64_t offset,
                         uint64_t length) {
+  const auto ends_with = [&path](const std::string& suffix) {
+    return suffix.size() <= path.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (rule.kind == Kind::kFailFile) return attempt >= rule.first && ends_with(rule.path_suffix);
   if (rule.kind == Kind::kRandom) {
     // splitmix64 of (seed, attempt): uniform, reproducible, no shared generator state.
     uint64_t z = rule.seed + static_cast<uint64_t>(attempt) * 0x9E3779B97F4A7C15ull;
@@ -106,11 +122,7 @@ bool FaultPlan::Matches(Rule& rule, int64_t attempt, const std::string& path, ui
   }
   if (rule.kind != Kind::kFailAtOffset) return Covers(rule, attempt);
   if (rule.count == 0 || rule.offset < offset || rule.offset >= offset + length) return false;
-  const std::string& suffix = rule.path_suffix;
-  if (suffix.size() > path.size() ||
-      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return false;
-  }
+  if (!ends_with(rule.path_suffix)) return false;
   if (rule.count > 0) --rule.count;
   return true;
 }
@@ -130,9 +142,18 @@ absl::StatusOr<std::shared_ptr<FaultPlan>> FaultPlan::Parse(const std::string& s
   auto plan = std::make_shared<FaultPlan>();
   double probability = -1;
   uint64_t seed = 1;
+  int64_t from = 1;
   for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     const std::string& key = kv.first;
+    if (key == "eio-file" || key == "gone-file") {
+      if (kv.second.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fault spec '", spec, "': '", std::string(item), "' needs a file"));
+      }
+      plan->FailFile(kv.second, key == "eio-file" ? EIO : ENOENT, from);
+      continue;
+    }
     double number = 0;
     if (!absl::SimpleAtod(kv.second, &number) || number < 0) {
       return absl::InvalidArgumentError(
@@ -140,6 +161,8 @@ absl::StatusOr<std::shared_ptr<FaultPlan>> FaultPlan::Parse(const std::string& s
     }
     if (key == "random") {
       probability = number;
+    } else if (key == "from") {
+      from = static_cast<int64_t>(number);
     } else if (key == "seed") {
       seed = static_cast<uint64_t>(number);
     } else if (key == "eio-attempt") {

@@ -30,6 +30,10 @@ class FaultPlan {
   // bad sector).
   FaultPlan& FailAtOffset(uint64_t offset, int err, int count = -1,
                           const std::string& path_suffix = "");
+  // Every attempt from attempt `first` on that reads a file whose path ends with `path_suffix`
+  // fails with `err`: a copy on a drive gone bad (EIO), or a file that vanished from a network
+  // volume (ENOENT).
+  FaultPlan& FailFile(const std::string& path_suffix, int err, int64_t first = 1);
   // Attempts first .. first+count-1 transfer at most `max_bytes` (short reads).
   FaultPlan& ShortReads(uint64_t max_bytes, int64_t first = 1, int count = -1);
   // Each attempt fails with `err` with this probability, decided by a hash of (seed, attempt
@@ -69,12 +73,14 @@ class FaultPlan {
   int64_t injected() const;  // attempts whose result the plan changed
 
   // A plan from a spec such as "random=0.01,seed=7" or "eio-attempt=5,short=4096" (comma-separated
-  // random=P, seed=N, eio-attempt=N, eio-offset=N (permanent), short=BYTES, slow=MS); what the
+  // random=P, seed=N, eio-attempt=N, eio-offset=N (permanent), short=BYTES, slow=MS,
+  // from=N then eio-file=SUFFIX or gone-file=SUFFIX: that file's reads fail with EIO or ENOENT
+  // from attempt N on (1 unless given before); what the
   // K3_FAULTS environment variable of the k3 command takes (docs/RELIABILITY.md).
   static absl::StatusOr<std::shared_ptr<FaultPlan>> Parse(const std::string& spec);
 
  private:
-  enum class Kind { kFailAttempts, kFailAtOffset, kShortReads, kRandom, kHold };
+  enum class Kind { kFailAttempts, kFailAtOffset, kFailFile, kShortReads, kRandom, kHold };
   struct Rule {
     Kind kind = Kind::kFailAttempts;
     int64_t first = 1;

@@ -404,6 +404,7 @@ bool ReadRouter::Impl::FailOver(Request& r, size_t index, const absl::Status& er
   Part& p = r.parts[index];
   File& f = files[r.spec.file];
   Source& failed = f.sources[p.source];
+  const bool known = failed.bad;  // another read of it, in flight when it was set aside
   failed.bad = true;
   Device& from = *devices[failed.device];
   const std::vector<int> others = Candidates(f, p.offset, p.length);
@@ -419,9 +420,11 @@ bool ReadRouter::Impl::FailOver(Request& r, size_t index, const absl::Status& er
     if (d.backlog() + p.length / d.report.rate < b.backlog() + p.length / b.report.rate) best = c;
   }
   const Source& to = f.sources[best];
-  Warn(absl::StrCat(std::string(error.message()), " (device ", from.report.id,
-                    "); read again from ", to.path, " (device ", devices[to.device]->report.id,
-                    "), and ", failed.path, " is not read again"));
+  if (!known) {
+    Warn(absl::StrCat(std::string(error.message()), " (device ", from.report.id,
+                      "); read again from ", to.path, " (device ", devices[to.device]->report.id,
+                      "), and ", failed.path, " is not read again"));
+  }
   ++from.report.failovers;
   ++r.retries;
   p.source = best;
