@@ -72,6 +72,10 @@ struct ReadRouterOptions {
   // A read is split over devices only into parts at least this long (a part is one request to
   // its device's engine; small reads go whole to one device).
   uint64_t min_part_bytes = 1 << 20;
+  // With several drives, the parts each has at its engine at once (at most the queue depth);
+  // the others wait in the router, demand first, so that a drive's reads land in the order
+  // they were asked for (read_router.cc says why).
+  int parts_in_flight_per_drive = 4;
   // Warnings (a copy refused at open, a copy failing mid-run); default: "k3: warning: ..." on
   // stderr.
   std::function<void(const std::string&)> on_warning = nullptr;

@@ -142,6 +142,40 @@ TEST_F(ReadRouterTest, ReadsOfEverySizeAndOffsetAreExact) {
   for (const DeviceReport& d : router->devices()) EXPECT_GT(d.bytes, 0u) << d.id;
 }
 
+TEST_F(ReadRouterTest, WithSeveralDrivesEachKeepsFewPartsInFlightAndTheRestWait) {
+  const std::string a = Volume("a");
+  ReadRouterOptions o = Options({a + "@bw=1000MB/s"});
+  o.engine.profile = *ParseStorageProfile("bw=1000MB/s");
+  o.min_part_bytes = 256 << 10;
+  auto router = Open(o);
+  ASSERT_NE(router, nullptr);
+  // 24 reads of 512 KiB at once, each split over the two drives: 24 parts a drive, of which
+  // at most 4 are ever at its engine.
+  constexpr int kReads = 24;
+  constexpr uint64_t kBytes = 512 << 10;
+  auto arena = MakeArena(kReads * (kBytes + 4096));
+  std::vector<ReadId> ids;
+  for (int i = 0; i < kReads; ++i) {
+    const uint64_t offset = 100 + static_cast<uint64_t>(i) * kBytes;
+    auto id = router->Submit(
+        MakeRequest(file_id_, offset, kBytes, arena->Slice(i * (kBytes + 4096), kBytes + 4096)));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  for (int i = 0; i < kReads; ++i) {
+    const ReadResult r = router->Wait(ids[i]);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_TRUE(SameBytes(file_, 100 + static_cast<uint64_t>(i) * kBytes, r.data)) << i;
+  }
+  EXPECT_LE(router->stats().peak_requests_in_flight, 4);
+  int64_t parts = 0;
+  for (const DeviceReport& d : router->devices()) {
+    EXPECT_GT(d.reads, 4) << d.id;
+    parts += d.reads;
+  }
+  EXPECT_GE(parts, kReads);
+}
+
 TEST_F(ReadRouterTest, TwoDirectoriesOnOneDiskAreOneQueue) {
   const std::string a = Volume("a");
   const std::string c = Volume("c", /*link=*/false);
