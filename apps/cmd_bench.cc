@@ -57,6 +57,7 @@ const Subcommand& BenchCommand() {
       "bench --model DIR[,DIR...] [--storage-profile P[,P...]] [--queue-depth 1,4,16,32]\n"
       "                [--prefetch-distance 0,2] [--tokens N] [--repeat R] [--ram-gb X | --preset "
       "NAME]\n"
+      "                [--volume DIR[@PROFILE] ... [--sweep-volumes]]\n"
       "                [--raw] [--reads N] [--out-csv F] [--report-json F] [--plot F.svg]",
       "Runs the engine over every combination of volume (model directory x storage profile),\n"
       "queue depth and prefetch distance. Each of --repeat runs is cold: a fresh engine (empty\n"
@@ -69,11 +70,18 @@ const Subcommand& BenchCommand() {
       "prefetch precision/recall ('-': the engine reported nothing to compute it from).\n"
       "--out-csv and --report-json write every figure and setting; --plot draws s/token against\n"
       "queue depth, a line per prefetch distance, a panel per volume. See docs/BENCHMARKS.md.\n\n"
+      "With --volume (directories holding copies of the model's files on other drives), every\n"
+      "run reads through all of them, and the table gains '+volumes' (the --volume\n"
+      "directories read) and 'drives' (the devices they are on; a directory with a profile of\n"
+      "its own is one); the JSON and CSV give each drive's bytes, busy time and rate, and the\n"
+      "I/O floor replays the reads over the same drives. --sweep-volumes makes rows of the\n"
+      "model directory alone, then with the first volume, the first two, ... all of them.\n\n"
       "--raw reads random whole experts of the checkpoint (O_DIRECT, each expert at most once\n"
       "per run) with the io layer at each queue depth (experts in flight) and storage profile,\n"
       "and prints a markdown table: GB/s (median of --repeat runs), expert reads per second, MB\n"
       "per request, and fio's bandwidth on the same shard files, block size (one expert) and\n"
-      "depth when fio is installed, run alternately with k3's runs.\n"
+      "depth when fio is installed, run alternately with k3's runs; with --volume it reads\n"
+      "through the same drives (and fio, which reads the model directory only, is not run).\n"
       "Storage profiles: direct (the device), nvme, sata, network, or\n"
       "lat=2ms,bw=500MB/s,iops=5000,qd=32 (any subset); see docs/STORAGE.md.",
       kBench,

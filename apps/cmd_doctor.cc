@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -19,6 +20,8 @@
 #include "absl/strings/str_format.h"
 #include "apps/commands.h"
 #include "apps/disk_rate.h"
+#include "apps/drives.h"
+#include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/util/proc_fields.h"
@@ -132,22 +135,112 @@ std::string ScratchDir() {
   return !base.empty() && io::IsDirectory(base) ? base : ".";
 }
 
-void CheckDisk(Findings& f, const Checkpoint* ckpt) {
+// The rate measured on the model's drive, for CheckDrives.
+std::optional<absl::StatusOr<ReadRate>> CheckDisk(Findings& f, const Checkpoint* ckpt) {
   if (ckpt != nullptr) {
     const std::string shard = LargestShard(*ckpt);
-    ReportReads(f, ckpt->dir(), MeasureReads(shard), MostlyHoles(shard));
-    return;
+    auto rate = MeasureReads(shard);
+    ReportReads(f, ckpt->dir(), rate, MostlyHoles(shard));
+    return rate;
   }
   const std::string dir = ScratchDir();
   auto scratch = WriteScratchFile(dir, "k3-doctor");
   if (!scratch.ok()) {
     f.Add("disk read", Level::kFail, std::string(scratch.status().message()));
-    return;
+    return std::nullopt;
   }
   auto rate = MeasureReads(*scratch);
   ::unlink(scratch->c_str());
   if (rate.ok()) rate->path = "a temp file, deleted";
   ReportReads(f, dir, rate);
+  return std::nullopt;
+}
+
+// One drive's line: its rate, measured on the largest copy it holds (the model's drive was
+// measured above); its JSON gets the figures.
+void ReportDrive(Findings& f, const Drive& d, std::optional<absl::StatusOr<ReadRate>> rate,
+                 nlohmann::json& json) {
+  const std::string name = absl::StrCat(d.id, " (", d.profile.Describe(), ")");
+  if (!rate.has_value()) {
+    std::string largest;
+    uint64_t largest_size = 0;
+    for (const std::string& copy : d.Copies()) {
+      std::error_code ec;
+      const uint64_t size = copy.empty() ? 0 : std::filesystem::file_size(copy, ec);
+      if (!ec && size > largest_size) largest = copy, largest_size = size;
+    }
+    if (largest.empty()) {
+      f.Add("drive", Level::kWarn,
+            absl::StrCat(name, ": holds none of the model's files, so nothing is read from it"));
+      return;
+    }
+    rate = MeasureReads(largest, d.profile);
+  }
+  if (!rate->ok()) {
+    f.Add("drive", Level::kWarn, absl::StrCat(name, ": ", rate->status().message()));
+    return;
+  }
+  const ReadRate& r = **rate;
+  f.Add("drive", r.direct ? Level::kOk : Level::kWarn,
+        absl::StrFormat("%s: %.2f GB/s (%s reads of %s, %d in flight, %.1f s, %s)", name,
+                        r.bytes_per_second / 1e9, r.direct ? "O_DIRECT" : "buffered",
+                        GbText(r.read_bytes), kReadsInFlight, r.seconds, r.path));
+  json["read_bytes_per_second"] = r.bytes_per_second;
+  json["o_direct"] = r.direct;
+  json["measured_file"] = r.path;
+}
+
+// With --volume: every drive the engine reads the model from (a file system, or a volume with
+// a profile of its own), its read rate, and what each of its directories holds of the model's
+// files; a copy that differs from the model's is named (the engine refuses it).
+void CheckDrives(Findings& f, const Checkpoint& ckpt, const std::vector<std::string>& specs,
+                 const std::optional<absl::StatusOr<ReadRate>>& model_rate) {
+  auto drives = FindDrives(ckpt, specs, io::StorageProfile{});
+  if (!drives.ok()) {
+    f.Add("drives", Level::kFail, std::string(drives.status().message()));
+    return;
+  }
+  const size_t shards = ckpt.shard_paths().size();
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < drives->size(); ++i) {
+    const Drive& d = (*drives)[i];
+    nlohmann::json json = {{"id", d.id},
+                           {"profile", d.profile.Describe()},
+                           {"files", d.files()},
+                           {"read_bytes_per_second", nullptr}};
+    ReportDrive(f, d, i == 0 ? model_rate : std::nullopt, json);
+    json["dirs"] = nlohmann::json::array();
+    for (const DriveDir& dir : d.dirs) {
+      const bool model = dir.spec.empty();
+      std::string detail =
+          absl::StrCat(model ? dir.dir + " (the model's directory)" : dir.spec, " on drive ", d.id,
+                       ": ", dir.files, " of ", shards, " files, ", GbText(dir.bytes));
+      if (dir.stripes) absl::StrAppend(&detail, ", and a k3 stripe layout");
+      Level level = Level::kOk;
+      if (!dir.differs.empty()) {
+        level = Level::kWarn;
+        absl::StrAppend(&detail, "; ", dir.differs.size(),
+                        dir.differs.size() == 1
+                            ? " copy differs from the model's and is not read: "
+                            : " copies differ from the model's and are not read (--report-json "
+                              "lists them), the first: ",
+                        dir.differs.front());
+      } else if (dir.files == 0 && !dir.stripes) {
+        level = Level::kWarn;
+        absl::StrAppend(&detail, ": none of the model's files, nothing is read from it");
+      }
+      f.Add("volume", level, detail);
+      json["dirs"].push_back({{"dir", dir.dir},
+                              {"volume", model ? nlohmann::json() : nlohmann::json(dir.spec)},
+                              {"files", dir.files},
+                              {"model_files", shards},
+                              {"bytes", dir.bytes},
+                              {"differs", dir.differs},
+                              {"stripes", dir.stripes}});
+    }
+    out.push_back(json);
+  }
+  f.extra()["drives"] = out;
 }
 
 void CheckMachine(Findings& f, uint64_t available) {
@@ -233,6 +326,12 @@ int RunDoctor(const std::vector<std::string>& positional) {
         kDoctorName, absl::NotFoundError(absl::StrCat(
                          "--model ", model, ": no config.json there (is it a model directory?)")));
   }
+  auto volumes = VolumeSpecsFromFlags();
+  if (!volumes.ok()) return ReportError(kDoctorName, volumes.status());
+  if (!volumes->empty() && model.empty()) {
+    return UsageError(kDoctorName,
+                      "--volume needs --model DIR: the volumes' copies are checked against it");
+  }
   Findings f;
   std::unique_ptr<Checkpoint> ckpt;
   if (!model.empty()) {
@@ -247,7 +346,10 @@ int RunDoctor(const std::vector<std::string>& positional) {
     }
   }
   CheckUring(f);
-  if (model.empty() || ckpt != nullptr) CheckDisk(f, ckpt.get());
+  if (model.empty() || ckpt != nullptr) {
+    const auto model_rate = CheckDisk(f, ckpt.get());
+    if (ckpt != nullptr && !volumes->empty()) CheckDrives(f, *ckpt, *volumes, model_rate);
+  }
   const uint64_t available = AvailableRamBytes();
   CheckMachine(f, available);
   std::string preset;
@@ -261,13 +363,19 @@ const Subcommand& DoctorCommand() {
   static const Subcommand kCommand = {
       kDoctorName,
       "check this machine (io_uring, O_DIRECT, disk speed, RAM) and pick a memory preset",
-      "doctor [--model DIR] [--report-json FILE]",
+      "doctor [--model DIR [--volume DIR[@PROFILE] ...]] [--report-json FILE]",
       "Checks what the engine depends on and prints one line per check: io_uring (else reads\n"
       "use pread threads), O_DIRECT on the model's directory, the disk's read rate (random\n"
       "16 MiB reads, 4 in flight, for 2.5 s, of the model's largest shard; without --model, of\n"
       "a 128 MiB temp file written to the cache directory, or the current one, and deleted),\n"
       "RAM total and available, usable cores and the SIMD target of the kernels. With --model\n"
       "it also recommends the largest memory preset whose budget fits in the available RAM.\n"
+      "With --volume (and --model) it lists the drives the engine reads the model from, as it\n"
+      "groups them (a file system, or a volume with a profile of its own), each with its read\n"
+      "rate measured the same way on the largest copy it holds (through its emulated profile\n"
+      "if it has one), and under each the directories on it: how many of the model's files\n"
+      "and bytes each holds, and any copy that differs from the model's (size, or sampled\n"
+      "bytes: the engine refuses it).\n"
       "Ends with the command to run next. Exits 0 when everything works (warnings included),\n"
       "1 when something essential fails (the model cannot be opened or read, or does not fit\n"
       "in RAM even at preset ultra), with the reason on stderr.",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "apps/run_report.h"
 #include "apps/settings_file.h"
 #include "apps/tables.h"
+#include "apps/tune/drive_depths.h"
 #include "apps/tune/tune_sweep.h"
 #include "core/checkpoint/config.h"
 #include "core/util/median.h"
@@ -78,6 +80,11 @@ void PrintTable(const tune::SweepResult& r, const EngineOptions& defaults,
   MarkdownTable table(
       {"setting", "value", "s/token (median)", "min-max", "runs", "x the value before", ""});
   for (const tune::DimensionResult& d : r.dimensions) {
+    if (!d.fixed.empty()) {
+      table.AddRow(
+          {d.flag, absl::StrCat(d.chosen), "-", "-", "0", "-", absl::StrCat("chosen: ", d.fixed)});
+      continue;
+    }
     if (!d.skipped.empty()) {
       table.AddRow({d.flag, absl::StrCat(d.before), "-", "-", "0", "-",
                     absl::StrCat("skipped: ", d.skipped)});
@@ -122,8 +129,9 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
   const auto flags = Flags(r.best, dims);
   std::printf("\nrecommended (%s): %s\n", profile.c_str(), AsFlags(flags).c_str());
   nlohmann::json measured = {{"runs", r.runs}, {"seconds", r.elapsed_seconds}};
-  const bool swept = std::any_of(r.dimensions.begin(), r.dimensions.end(),
-                                 [](const tune::DimensionResult& d) { return d.skipped.empty(); });
+  const bool swept = std::any_of(r.dimensions.begin(), r.dimensions.end(), [](const auto& d) {
+    return d.skipped.empty() && d.fixed.empty();
+  });
   if (r.pair_ratios.empty() && !swept) {
     std::printf("nothing was swept: these are the defaults\n");
   } else if (r.pair_ratios.empty()) {
@@ -145,6 +153,35 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
   }
   std::printf("tokens: all %d runs decoded the same %zu tokens\n", r.runs, r.tokens.size());
   return {{"flags", flags}, {"measured", measured}};
+}
+
+// With several drives: each one's rate by queue depth, read alone, printed as a table; the
+// queue-depth dimension is then fixed at the largest of the drives' depths, since the engine
+// keeps one depth for every drive. The figures for the settings file (null with one drive).
+absl::StatusOr<nlohmann::json> DriveDepths(const bench::Volume& model,
+                                           const std::vector<std::string>& volumes,
+                                           const io::StorageProfile& profile,
+                                           tune::Dimension& queue_depth, int reads, int repeat,
+                                           bool first) {
+  auto drives = tune::MeasureDriveDepths(model, volumes, profile, queue_depth.values, reads, repeat,
+                                         absl::GetFlag(FLAGS_quiet));
+  if (!drives.ok()) return drives.status();
+  if (drives->size() < 2) return nlohmann::json();
+  const int depth = tune::ChosenDepth(*drives);
+  std::printf(
+      "%sk3 tune: %s, profile %s: %zu drives, each read alone (%d random whole experts a run, "
+      "median of %d runs)\n\n%s\n",
+      first ? "" : "\n", model.dir.c_str(), profile.name.c_str(), drives->size(), reads, repeat,
+      tune::DriveDepthsTable(*drives).c_str());
+  if (depth > 0) {
+    std::printf(
+        "queue depth %d: the largest of the drives' (the engine keeps one --queue-depth for "
+        "every drive's reads, so no drive is held below its own); not swept below\n",
+        depth);
+    queue_depth.values = {depth};
+    queue_depth.fixed = "the largest of the drives' depths (the per-drive table)";
+  }
+  return nlohmann::json{{"per_drive", tune::DriveDepthsJson(*drives)}, {"queue_depth", depth}};
 }
 
 int RunTune(const std::vector<std::string>& positional) {
@@ -178,16 +215,39 @@ int RunTune(const std::vector<std::string>& positional) {
     return UsageError(
         kTuneName, absl::StrCat("--max-context must be at least ", bench::kPromptTokens + tokens));
   }
+  const int reads = absl::GetFlag(FLAGS_reads);
+  if (reads < 1) return UsageError(kTuneName, "--reads must be at least 1");
+  // With --volume, the drives' own depths (apps/tune/drive_depths.h) need the experts' places.
+  std::optional<bench::Volume> model;
+  if (!base->volumes.empty()) {
+    auto v = bench::LoadVolume(*dir);
+    if (!v.ok()) return ReportError(kTuneName, v.status());
+    model = *std::move(v);
+  }
   InstallInterruptHandler();
   nlohmann::json by_profile = nlohmann::json::object();
   nlohmann::json first;
-  for (const std::string& profile : profiles) {
+  for (const io::StorageProfile& parsed_profile : *parsed) {
+    const std::string& profile = parsed_profile.name;
+    const auto drives_start = absl::Now();
+    std::vector<tune::Dimension> profile_dims = *dims;
+    nlohmann::json drives_json;
+    if (model.has_value()) {
+      auto queue_depth = std::find_if(profile_dims.begin(), profile_dims.end(),
+                                      [](const auto& d) { return d.flag == "queue-depth"; });
+      auto drives = DriveDepths(*model, base->volumes, parsed_profile, *queue_depth, reads, rounds,
+                                first.is_null());
+      if (!drives.ok()) return ReportError(kTuneName, drives.status());
+      drives_json = *std::move(drives);
+    }
+    const double drive_seconds = absl::ToDoubleSeconds(absl::Now() - drives_start);
     tune::SweepOptions o{.defaults = *base,
-                         .dimensions = *dims,
+                         .dimensions = profile_dims,
                          .prompt = bench::PromptIds(absl::GetFlag(FLAGS_seed), config->vocab_size),
                          .tokens = tokens,
                          .rounds = rounds,
-                         .budget_seconds = budget / static_cast<double>(profiles.size()),
+                         .budget_seconds = std::max(
+                             0.0, budget / static_cast<double>(profiles.size()) - drive_seconds),
                          .quiet = absl::GetFlag(FLAGS_quiet),
                          .show_bar = ShowProgress(),
                          .label = profile};
@@ -196,10 +256,11 @@ int RunTune(const std::vector<std::string>& positional) {
     if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kTuneName, r.status());
     std::printf(
         "%sk3 tune: %s, profile %s: %d cold runs of %d tokens in %.1f s (budget %.0f s)\n\n",
-        first.is_null() ? "" : "\n", dir->c_str(), profile.c_str(), r->runs, tokens,
-        r->elapsed_seconds, o.budget_seconds);
+        first.is_null() && drives_json.is_null() ? "" : "\n", dir->c_str(), profile.c_str(),
+        r->runs, tokens, r->elapsed_seconds, o.budget_seconds);
     PrintTable(*r, o.defaults, *dims);
     nlohmann::json verdict = PrintVerdict(*r, profile, *dims);
+    if (!drives_json.is_null()) verdict["drives"] = drives_json;
     if (first.is_null()) first = verdict;
     by_profile[profile] = verdict;
   }
@@ -228,7 +289,8 @@ const Subcommand& TuneCommand() {
       "tune --model DIR [--budget-s 600] [--queue-depth 1,4,8,16,32,64] [--prefetch-distance "
       "0,1,2]\n"
       "               [--prefetch-widths 0,W] [--thread-counts 0,1] [--storage-profile P,...]\n"
-      "               [--tokens N] [--repeat R] [--out FILE] [memory flags]",
+      "               [--volume DIR[@PROFILE] ...] [--reads N] [--tokens N] [--repeat R]\n"
+      "               [--out FILE] [memory flags]",
       "Sweeps one setting at a time, in this order: queue depth, prefetch distance, prefetch\n"
       "width (only when lookahead is chosen), compute threads. Each value runs --repeat short\n"
       "cold runs (a fresh engine, the 16-token prompt of --seed, --tokens greedy steps; the\n"
@@ -240,8 +302,15 @@ const Subcommand& TuneCommand() {
       "faster there, the defaults stay. Every run must decode the same tokens (it says so; a\n"
       "setting that changed them is an error, exit 1). --budget-s bounds the time: what does\n"
       "not fit is skipped and named. --out writes a file that generate, chat, bench and\n"
-      "serve take with --settings FILE (flags on their command line still win). See\n"
-      "docs/BENCHMARKS.md.",
+      "serve take with --settings FILE (flags on their command line still win).\n\n"
+      "With --volume and several drives (file systems, or volumes with a profile of their\n"
+      "own), each drive is first read alone at every queue depth of the list (--reads random\n"
+      "whole experts of the copies it holds a run, median of --repeat runs), and a table gives\n"
+      "each drive's GB/s by depth and the depth where its rate stops growing (the smallest\n"
+      "within 3 % of its fastest). The engine takes one --queue-depth for every drive, so the\n"
+      "queue depth is the largest of the drives' and is not swept by decode runs; the settings\n"
+      "file keeps the per-drive figures under \"drives\" (a record: nothing reads them back).\n"
+      "See docs/BENCHMARKS.md.",
       kTune,
       RunTune};
   return kCommand;

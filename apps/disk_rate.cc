@@ -63,12 +63,13 @@ std::string LargestShard(const Checkpoint& ckpt) {
   return best;
 }
 
-absl::StatusOr<ReadRate> MeasureReads(const std::string& path) {
+absl::StatusOr<ReadRate> MeasureReads(const std::string& path, const io::StorageProfile& profile) {
   // Declared first so that it outlives the engine, whose destructor waits for reads in flight.
   std::unique_ptr<io::BufferArena> arena;
   io::ReadEngineOptions o;
   o.queue_depth = kReadsInFlight;
   o.notices = false;
+  o.profile = profile;
   auto engine = io::ReadEngine::Create(o);
   if (!engine.ok()) return engine.status();
   auto file = (*engine)->OpenFile(path);

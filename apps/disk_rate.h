@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint/checkpoint.h"
+#include "io/storage_profile.h"
 
 namespace k3::cli {
 
@@ -27,8 +28,10 @@ struct ReadRate {
 // The largest shard: the longest run of 16 MiB reads without wrapping.
 std::string LargestShard(const Checkpoint& ckpt);
 
-// Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds.
-absl::StatusOr<ReadRate> MeasureReads(const std::string& path);
+// Random 16 MiB reads at 4 in flight through the engine's own read path for a few seconds, on
+// the device or (`profile`) an emulated one layered on it.
+absl::StatusOr<ReadRate> MeasureReads(const std::string& path,
+                                      const io::StorageProfile& profile = {});
 
 // A file of kScratchBytes random bytes in `dir` (named `prefix`-XXXXXX) to read back where
 // there is no model, flushed and dropped from the page cache so that buffered reads (where

@@ -89,6 +89,20 @@ std::string EngineListFlagDefault(std::string_view typed_name) {
   return "";
 }
 
+absl::StatusOr<std::vector<std::string>> VolumeSpecsFromFlags() {
+  std::vector<std::string> specs;
+  for (const std::string& spec : io::JoinVolumeParts(absl::GetFlag(FLAGS_volume))) {
+    auto volume = io::ParseVolume(spec);
+    if (!volume.ok()) return volume.status();
+    if (!io::IsDirectory(volume->dir)) {
+      return absl::NotFoundError(
+          absl::StrCat("--volume ", spec, ": ", volume->dir, " is not a directory"));
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
   EngineOptions o;
   o.trunk_dir = absl::GetFlag(FLAGS_trunk);
@@ -145,15 +159,9 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
           "; belady needs the future: cache-sim only)"));
     }
   }
-  for (const std::string& spec : io::JoinVolumeParts(absl::GetFlag(FLAGS_volume))) {
-    auto volume = io::ParseVolume(spec);
-    if (!volume.ok()) return volume.status();
-    if (!io::IsDirectory(volume->dir)) {
-      return absl::NotFoundError(
-          absl::StrCat("--volume ", spec, ": ", volume->dir, " is not a directory"));
-    }
-    o.volumes.push_back(spec);
-  }
+  auto volumes = VolumeSpecsFromFlags();
+  if (!volumes.ok()) return volumes.status();
+  o.volumes = *std::move(volumes);
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
   o.show_progress = ShowProgress();
   // Fault injection for reliability tests and soak runs (docs/RELIABILITY.md); announced, so a

@@ -21,6 +21,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 // prefetch distance, storage profile), read and checked; K3_FAULTS applied.
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags();
 
+// The --volume specs ("DIR" or "DIR@PROFILE", io/read_router.h), each checked: its profile
+// parses and its directory exists. InvalidArgument or NotFound naming the flag.
+absl::StatusOr<std::vector<std::string>> VolumeSpecsFromFlags();
+
 // The default --help shows for an engine flag that is a list a command may sweep (--queue-depth,
 // --prefetch-distance, --storage-profile): its own default is empty, so that a sweep knows it
 // was not given, and the value a single run takes is EngineOptions'. "" for any other flag.

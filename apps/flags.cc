@@ -61,6 +61,9 @@ ABSL_FLAG(std::vector<std::string>, volume, {},
           "DIR@PROFILE gives the directory an emulated storage profile (and makes it a drive of "
           "its own); --storage-profile is that of --model's directory and of volumes without "
           "one. Copies are checked when opened (size, header, samples).");
+ABSL_FLAG(bool, sweep_volumes, false,
+          "k3 bench: rows read from the model's directory alone, then with the first --volume, "
+          "the first two, ... (without it every row reads from every --volume).");
 ABSL_FLAG(bool, verify_volumes, false,
           "Compare every byte of each --volume copy (and every stripe's checksums) with the "
           "model's files.");
@@ -181,8 +184,8 @@ ABSL_FLAG(bool, raw, false,
           "queue depth.");
 ABSL_FLAG(
     int32_t, reads, 96,
-    "Experts read per raw bandwidth measurement (--raw, and the decode benchmark's raw column): "
-    "each a different expert, chosen at random.");
+    "Experts read per raw bandwidth measurement (bench --raw, the decode benchmark's raw column "
+    "and tune's per-drive sweep): each a different expert, chosen at random.");
 ABSL_FLAG(int32_t, chunk_kib, 0,
           "Split reads into chunks of this many KiB (--raw; 0: the engine's default).");
 ABSL_FLAG(bool, huge_pages, true,
@@ -274,6 +277,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_queue_depth), kRunsEngine},
       {F(FLAGS_storage_profile), kRunsEngine},
       {F(FLAGS_volume), kRunsEngine | kInspect | kDoctor},
+      {F(FLAGS_sweep_volumes), kBench},
       {F(FLAGS_verify_volumes), kInspect},
       {F(FLAGS_prefetch_distance), kRunsEngine},
       {F(FLAGS_prefetch_width), kRunsEngine & ~kTune},
@@ -322,7 +326,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_tokens), kBench | kTune},
       {F(FLAGS_repeat), kBench | kTune},
       {F(FLAGS_raw), kBench},
-      {F(FLAGS_reads), kBench},
+      {F(FLAGS_reads), kBench | kTune},
       {F(FLAGS_chunk_kib), kBench},
       {F(FLAGS_huge_pages), kBench},
       {F(FLAGS_fio), kBench},

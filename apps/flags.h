@@ -24,6 +24,7 @@ ABSL_DECLARE_FLAG(std::string, settings);
 ABSL_DECLARE_FLAG(std::vector<std::string>, queue_depth);
 ABSL_DECLARE_FLAG(std::vector<std::string>, storage_profile);
 ABSL_DECLARE_FLAG(std::vector<std::string>, volume);
+ABSL_DECLARE_FLAG(bool, sweep_volumes);
 ABSL_DECLARE_FLAG(bool, verify_volumes);
 ABSL_DECLARE_FLAG(std::vector<std::string>, prefetch_distance);
 ABSL_DECLARE_FLAG(int32_t, prefetch_width);

@@ -38,6 +38,9 @@ struct ReplayResult {
   // Requests the replay kept in flight at once: the queue depth, unless the buffer cap or the
   // log's length holds it to fewer.
   int concurrency = 0;
+  // What each device (io/read_router.h: the run's volumes, as the run had them) did in the
+  // fastest replay: its bytes sum to `bytes`.
+  std::vector<DeviceReport> devices = {};
 };
 
 // Whether to replay once more, given the times of the replays so far (never empty).

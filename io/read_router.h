@@ -94,6 +94,12 @@ struct DeviceReport {
   int64_t failovers = 0;    // parts read again elsewhere after this device's copy failed
 };
 
+// What the devices of one router did between two of its reports (`before` taken first): bytes,
+// reads, busy seconds and failovers are the differences, the rest is as `after` says. A device
+// that `before` does not name counts whole.
+std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
+                                       const std::vector<DeviceReport>& after);
+
 class ReadRouter {
  public:
   static absl::StatusOr<std::unique_ptr<ReadRouter>> Create(const ReadRouterOptions& options);

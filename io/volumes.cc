@@ -1,5 +1,6 @@
-// Volumes and their copies: parsing `--volume DIR[@PROFILE]`, and checking that a copy holds the
-// same bytes as the file it stands in for before the router reads from it.
+// Volumes and their copies: parsing `--volume DIR[@PROFILE]`, checking that a copy holds the same
+// bytes as the file it stands in for before the router reads from it, and what the devices did
+// between two reports.
 #include <algorithm>
 #include <cstring>
 
@@ -106,6 +107,21 @@ absl::Status CheckCopy(const std::string& original, const std::string& copy, Cop
     if (absl::Status s = CompareRange(**a, **b, tail, size - tail, x, y); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
+                                       const std::vector<DeviceReport>& after) {
+  std::vector<DeviceReport> out = after;
+  for (DeviceReport& d : out) {
+    const auto was = std::find_if(before.begin(), before.end(),
+                                  [&](const DeviceReport& b) { return b.id == d.id; });
+    if (was == before.end()) continue;
+    d.bytes -= std::min(d.bytes, was->bytes);
+    d.reads -= std::min(d.reads, was->reads);
+    d.busy_seconds = std::max(0.0, d.busy_seconds - was->busy_seconds);
+    d.failovers -= std::min(d.failovers, was->failovers);
+  }
+  return out;
 }
 
 }  // namespace k3::io

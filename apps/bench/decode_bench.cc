@@ -45,10 +45,12 @@ absl::StatusOr<DecodeSettings> ReadDecodeSettings() {
   return s;
 }
 
-double RawGbps(const std::vector<Row>& raw_rows, const std::string& volume,
-               const std::string& profile, int depth) {
+double RawGbps(const std::vector<Row>& raw_rows, const DecodeRow& row) {
   for (const Row& r : raw_rows) {
-    if (r.volume == volume && r.profile == profile && r.queue_depth == depth) return Median(r.gbps);
+    if (r.volume == row.volume && r.volume_flags == row.volume_flags && r.profile == row.profile &&
+        r.queue_depth == row.queue_depth) {
+      return Median(r.gbps);
+    }
   }
   return 0;
 }
@@ -68,12 +70,14 @@ absl::Status RunCombination(const DecodeSettings& s, const EngineOptions& option
   for (int rep = 0; rep < s.raw.repeat; ++rep) {
     auto run = RunCold(options, prompt, s.tokens, row);
     if (!run.ok()) return run.status();
+    row->drives = static_cast<int>(run->devices.size());
     row->runs.push_back(*run);
     if (progress.quiet) continue;
     std::fprintf(
-        stderr, "k3 bench: [%d/%d] %s %s qd %d distance %d run %d/%d: %s s/token, %s GB/token\n",
-        progress.done, progress.total, row->volume.c_str(), row->profile.c_str(), row->queue_depth,
-        row->prefetch_distance, rep + 1, s.raw.repeat, Sig3(run->seconds_per_token).c_str(),
+        stderr, "k3 bench: [%d/%d] %s%s %s qd %d distance %d run %d/%d: %s s/token, %s GB/token\n",
+        progress.done, progress.total, row->volume.c_str(), VolumesLabel(row->volume_flags).c_str(),
+        row->profile.c_str(), row->queue_depth, row->prefetch_distance, rep + 1, s.raw.repeat,
+        Sig3(run->seconds_per_token).c_str(),
         Sig3(Ratio(static_cast<double>(BytesRead(run->decode)) / 1e9,
                    static_cast<double>(run->decode.tokens)))
             .c_str());
@@ -81,21 +85,27 @@ absl::Status RunCombination(const DecodeSettings& s, const EngineOptions& option
   return absl::OkStatus();
 }
 
-// The raw cells of one volume, then its engine runs over profile x depth x distance.
-absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<int32_t>& prompt,
-                       std::mt19937_64& rng, Progress& progress, std::vector<Row>* raw_rows,
-                       std::vector<DecodeRow>* rows, EngineSetup* setup) {
-  if (absl::Status st = MeasureVolume(s.raw, v, rng, raw_rows, setup); !st.ok()) return st;
+// The raw cells of one volume with a set of --volume directories, then its engine runs over
+// profile x depth x distance.
+absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<std::string>& volumes,
+                       const std::vector<int32_t>& prompt, std::mt19937_64& rng, Progress& progress,
+                       std::vector<Row>* raw_rows, std::vector<DecodeRow>* rows,
+                       EngineSetup* setup) {
+  if (absl::Status st = MeasureVolume(s.raw, v, volumes, rng, raw_rows, setup); !st.ok()) {
+    return st;
+  }
   for (const io::StorageProfile& profile : s.raw.profiles) {
     for (int depth : s.raw.depths) {
       for (int distance : s.distances) {
         DecodeRow row{.volume = v.dir,
+                      .volume_flags = volumes,
                       .profile = profile.name,
                       .queue_depth = depth,
-                      .prefetch_distance = distance,
-                      .raw_gbps = RawGbps(*raw_rows, v.dir, profile.name, depth)};
+                      .prefetch_distance = distance};
+        row.raw_gbps = RawGbps(*raw_rows, row);
         EngineOptions o = s.base;
         o.model_dir = v.dir;
+        o.volumes = volumes;
         o.storage_profile = profile.name;
         o.queue_depth = depth;
         o.prefetch_distance = distance;
@@ -131,9 +141,11 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
   // steps, so one more token is sampled than decoded; the reads are logged from the first.
   DecodeRun run;
   std::vector<double> steps;
+  std::vector<io::DeviceReport> devices_before;
   BatchEvents events;
   events.on_prompt_end = [&](size_t, std::span<const float>, const StepMetrics& prompt) {
     run.prefill_seconds = prompt.seconds;
+    devices_before = engine->devices();
     if (replay) engine->StartReadLog();
   };
   bool first = true;
@@ -152,6 +164,7 @@ absl::StatusOr<DecodeRun> RunCold(const EngineOptions& options, const std::vecto
   if (done->finish == FinishReason::kInterrupted) return absl::CancelledError("interrupted");
   run.ids.assign(done->ids.begin(), done->ids.begin() + std::min<size_t>(tokens, done->ids.size()));
   run.seconds_per_token = Median(steps);
+  run.devices = io::DevicesSince(devices_before, engine->devices());
   if (!replay) return run;
   const io::ReadLog log = engine->TakeReadLog();
   engine.reset();  // its memory back before the replay's buffers
@@ -176,8 +189,9 @@ int RunDecode(const std::vector<std::string>& dirs) {
   }
   InstallInterruptHandler();
   std::mt19937_64 rng(std::random_device{}());
+  const std::vector<std::vector<std::string>> sets = VolumeSets(settings->raw);
   Progress progress{
-      .total = static_cast<int>(dirs.size() * settings->raw.profiles.size() *
+      .total = static_cast<int>(dirs.size() * sets.size() * settings->raw.profiles.size() *
                                 settings->raw.depths.size() * settings->distances.size()),
       .quiet = settings->raw.quiet};
   std::vector<Row> raw_rows;
@@ -185,11 +199,14 @@ int RunDecode(const std::vector<std::string>& dirs) {
   EngineSetup setup;
   absl::Status status;
   for (size_t i = 0; i < volumes.size() && status.ok(); ++i) {
-    status = RunVolume(*settings, volumes[i], prompts[i], rng, progress, &raw_rows, &rows, &setup);
+    for (size_t k = 0; k < sets.size() && status.ok(); ++k) {
+      status = RunVolume(*settings, volumes[i], sets[k], prompts[i], rng, progress, &raw_rows,
+                         &rows, &setup);
+    }
   }
   if (!status.ok() && !Interrupted()) return ReportError(kName, status);
   std::printf("k3 bench: %s\n\n", Caption(*settings).c_str());
-  PrintDecodeTable(rows, settings->raw.repeat);
+  PrintDecodeTable(rows, settings->raw.repeat, !settings->raw.volumes.empty());
   std::fflush(stdout);
   if (absl::Status st = WriteDecodeOutputs(rows, raw_rows, volumes, prompts, *settings, setup);
       !st.ok()) {

@@ -15,7 +15,10 @@
 
 namespace k3::cli::bench {
 
-// The decode benchmark: the engine over every combination, each run cold.
+// The decode benchmark: the engine over every combination, each run cold. A combination is a
+// volume (model directory) with a set of --volume directories (all of them, or with
+// --sweep-volumes the first 0, 1, ... N), a storage profile, a queue depth and a prefetch
+// distance.
 
 // Prompt tokens of every run: fixed for a seed so that runs and volumes compare like for like.
 inline constexpr int kPromptTokens = 16;
@@ -38,14 +41,19 @@ struct DecodeRun {
   // (io/read_replay.h, apps/bench/io_floor.h).
   io::ReplayResult floor;
   std::vector<int32_t> ids;  // the tokens decoded (greedy), to check every setting agrees
+  // What each drive did during the decode steps (bytes delivered, busy time): the model's
+  // directory and the --volume directories read, one entry per device (io/read_router.h).
+  std::vector<io::DeviceReport> devices;
 };
 
 struct DecodeRow {
   std::string volume = "";
+  std::vector<std::string> volume_flags = {};  // the --volume directories read beside it
   std::string profile = "";
   int queue_depth = 0;
   int prefetch_distance = 0;
-  double raw_gbps = 0;  // median of the raw cell of this volume, profile and depth
+  int drives = 0;       // the devices its runs read from
+  double raw_gbps = 0;  // median of the raw cell of this volume, volumes, profile and depth
   std::vector<DecodeRun> runs = {};
   nlohmann::json engine_settings = {};
   std::string memory_plan = "";
@@ -81,7 +89,8 @@ Figures Summarize(const DecodeRow& row);
 // Three significant digits without an exponent (0.00412, 41.2, 4120), "-" for NaN.
 std::string Sig3(double v);
 std::string Caption(const DecodeSettings& s);
-void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat);
+// With `drives` (--volume given), the "+volumes" and "drives" columns after the volume.
+void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat, bool drives);
 // --out-json, --out-csv and --plot, as asked.
 absl::Status WriteDecodeOutputs(const std::vector<DecodeRow>& rows,
                                 const std::vector<Row>& raw_rows,

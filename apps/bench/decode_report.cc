@@ -9,6 +9,7 @@
 #include "apps/bench/bench_plot.h"
 #include "apps/bench/decode_bench.h"
 #include "apps/bench/io_floor.h"
+#include "apps/device_report.h"
 #include "apps/flags.h"
 #include "apps/tables.h"
 #include "core/util/median.h"
@@ -67,9 +68,36 @@ std::string Fraction(double v) { return std::isfinite(v) ? absl::StrFormat("%.2f
 // JSON has no NaN: a figure the engine gave nothing to compute from is null.
 nlohmann::json Figure(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+// What each drive did over the decode steps of every run of a row, and the steps' time.
+std::pair<std::vector<io::DeviceReport>, double> RowDevices(const DecodeRow& r) {
+  std::vector<io::DeviceReport> sum;
+  double seconds = 0;
+  for (const DecodeRun& run : r.runs) {
+    seconds += run.decode.seconds;
+    for (const io::DeviceReport& d : run.devices) {
+      auto it = std::find_if(sum.begin(), sum.end(),
+                             [&](const io::DeviceReport& s) { return s.id == d.id; });
+      if (it == sum.end()) {
+        sum.push_back(d);
+        continue;
+      }
+      it->bytes += d.bytes;
+      it->reads += d.reads;
+      it->busy_seconds += d.busy_seconds;
+      it->failovers += d.failovers;
+      it->rate = d.rate;
+    }
+  }
+  return {sum, seconds};
+}
+
 nlohmann::json DecodeRowJson(const DecodeRow& r) {
   const Figures f = Summarize(r);
+  const auto [devices, device_seconds] = RowDevices(r);
   nlohmann::json j = {{"volume", r.volume},
+                      {"volume_flags", r.volume_flags},
+                      {"drives", r.drives},
+                      {"devices", DevicesJson(devices, device_seconds)},
                       {"profile", r.profile},
                       {"queue_depth", r.queue_depth},
                       {"prefetch_distance", r.prefetch_distance},
@@ -105,7 +133,10 @@ nlohmann::json DecodeRowJson(const DecodeRow& r) {
                            {"replay_seconds", run.floor.replay_seconds},
                            {"bytes", run.floor.bytes},
                            {"reads", run.floor.reads},
-                           {"concurrency", run.floor.concurrency}}},
+                           {"concurrency", run.floor.concurrency},
+                           {"drives", run.floor.devices.size()},
+                           {"devices", DevicesJson(run.floor.devices, run.floor.seconds)}}},
+                         {"devices", DevicesJson(run.devices, run.decode.seconds)},
                          {"ids", run.ids},
                          {"decode", run.decode.ToJson()}});
   }
@@ -126,6 +157,8 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
           {"seed", s.seed},
           {"prompt_ids", prompts},  // one list per volume
           {"storage_profiles", profiles},
+          {"volumes", s.raw.volumes},  // --volume, as given
+          {"sweep_volumes", s.raw.sweep_volumes},
           {"queue_depths", s.raw.depths},
           {"prefetch_distances", s.distances},
           {"raw_reads", s.raw.reads},
@@ -151,7 +184,8 @@ std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& 
       "stall_fraction,disk_busy_fraction,hit_rate,prefetch_precision,prefetch_recall,"
       "prefill_seconds,expert_demand_gb_per_token,expert_prefetch_used_gb_per_token,"
       "expert_prefetch_wasted_gb_per_token,trunk_gb_per_token,ram_gb,preset,overlap,"
-      "io_floor_replays,io_floor_spread,io_floor_note",
+      "io_floor_replays,io_floor_spread,io_floor_note,drives,volume_flags,drive_ids,drive_bytes,"
+      "drive_busy_fractions,drive_gbps",
       ','));
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
@@ -169,20 +203,40 @@ std::string DecodeCsv(const std::vector<DecodeRow>& rows, const DecodeSettings& 
     cells.push_back(absl::StrCat(f.io_floor_replays));
     cells.push_back(CsvNumber(f.io_floor_spread));
     cells.push_back(CsvTable::Text(f.io_floor_note));
+    // The drives, one entry each in every list (';' between them), in the JSON's order.
+    const auto [devices, seconds] = RowDevices(r);
+    std::vector<std::string> ids, bytes, busy, gbps;
+    for (const nlohmann::json& d : DevicesJson(devices, seconds)) {
+      ids.push_back(d["id"].get<std::string>());
+      bytes.push_back(absl::StrCat(d["bytes"].get<uint64_t>()));
+      busy.push_back(CsvNumber(d["busy_fraction"].get<double>()));
+      gbps.push_back(CsvNumber(d["rate_bytes_per_second"].get<double>() / 1e9));
+    }
+    cells.push_back(absl::StrCat(r.drives));
+    for (const auto& list : {r.volume_flags, ids, bytes, busy, gbps}) {
+      cells.push_back(CsvTable::Text(absl::StrJoin(list, ";")));
+    }
     csv.AddRow(cells);
   }
   return csv.text();
 }
 
-// Panels in the order of the table (volume, then profile); a series per prefetch distance.
+// Panels in the order of the table (volume, volumes read, then profile); a series per prefetch
+// distance. With --volume, a panel's title says how many drives its rows read from.
 std::vector<PlotPanel> PlotPanels(const std::vector<DecodeRow>& rows) {
+  const bool drives = std::any_of(rows.begin(), rows.end(),
+                                  [](const DecodeRow& r) { return !r.volume_flags.empty(); });
   std::vector<PlotPanel> panels;
-  std::string last_volume, last_profile;
+  const DecodeRow* last = nullptr;
   for (const DecodeRow& r : rows) {
-    if (panels.empty() || r.volume != last_volume || r.profile != last_profile) {
-      panels.push_back({absl::StrCat(r.volume, " \xC2\xB7 ", r.profile), {}});
-      last_volume = r.volume;
-      last_profile = r.profile;
+    if (last == nullptr || r.volume != last->volume || r.volume_flags != last->volume_flags ||
+        r.profile != last->profile) {
+      std::string title = absl::StrCat(r.volume, " \xC2\xB7 ", r.profile);
+      if (drives) {
+        absl::StrAppend(&title, " \xC2\xB7 ", r.drives, r.drives == 1 ? " drive" : " drives");
+      }
+      panels.push_back({title, {}});
+      last = &r;
     }
     std::vector<PlotSeries>& series = panels.back().series;
     auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) {
@@ -236,27 +290,37 @@ std::string Sig3(double v) {
   return absl::StrFormat("%.*f", decimals, v);
 }
 
-void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat) {
-  MarkdownTable table({"volume", "profile", "queue depth", "prefetch distance",
-                       absl::StrCat("s/token (median of ", repeat, ")"), "tokens/s", "GB/token",
-                       "raw GB/s", "x I/O floor", "stall", "hit rate", "prefetch precision",
-                       "prefetch recall"});
+void PrintDecodeTable(const std::vector<DecodeRow>& rows, int repeat, bool drives) {
+  std::vector<std::string> header = {"volume", "profile"};
+  if (drives) header.insert(header.begin() + 1, {"+volumes", "drives"});
+  header.insert(header.end(), {"queue depth", "prefetch distance",
+                               absl::StrCat("s/token (median of ", repeat, ")"), "tokens/s",
+                               "GB/token", "raw GB/s", "x I/O floor", "stall", "hit rate",
+                               "prefetch precision", "prefetch recall"});
+  MarkdownTable table(header);
   // A row whose replays make no floor shows "- [n]", and note n below the table says why.
   std::vector<std::string> notes;
   for (const DecodeRow& r : rows) {
     const Figures f = Summarize(r);
     if (!f.io_floor_note.empty()) {
-      notes.push_back(absl::StrFormat("[%d] %s %s, queue depth %d, prefetch distance %d: %s",
-                                      notes.size() + 1, r.volume, r.profile, r.queue_depth,
-                                      r.prefetch_distance, f.io_floor_note));
+      notes.push_back(absl::StrFormat("[%d] %s%s %s, queue depth %d, prefetch distance %d: %s",
+                                      notes.size() + 1, r.volume, VolumesLabel(r.volume_flags),
+                                      r.profile, r.queue_depth, r.prefetch_distance,
+                                      f.io_floor_note));
     }
     const std::string ratio = FloorCell({.ratio = f.ratio_to_floor, .note = f.io_floor_note},
                                         static_cast<int>(notes.size()));
-    table.AddRow({r.volume, r.profile, absl::StrCat(r.queue_depth),
-                  absl::StrCat(r.prefetch_distance), Sig3(f.seconds_per_token),
-                  Sig3(f.tokens_per_second), Sig3(f.gb_per_token), Sig3(r.raw_gbps), ratio,
-                  Fraction(f.stall_fraction), Fraction(f.hit_rate), Fraction(f.precision),
-                  Fraction(f.recall)});
+    std::vector<std::string> cells = {r.volume, r.profile};
+    if (drives) {
+      cells.insert(cells.begin() + 1,
+                   {absl::StrCat(r.volume_flags.size()), absl::StrCat(r.drives)});
+    }
+    cells.insert(cells.end(),
+                 {absl::StrCat(r.queue_depth), absl::StrCat(r.prefetch_distance),
+                  Sig3(f.seconds_per_token), Sig3(f.tokens_per_second), Sig3(f.gb_per_token),
+                  Sig3(r.raw_gbps), ratio, Fraction(f.stall_fraction), Fraction(f.hit_rate),
+                  Fraction(f.precision), Fraction(f.recall)});
+    table.AddRow(cells);
   }
   std::fputs(table.text().c_str(), stdout);
   if (!notes.empty()) {

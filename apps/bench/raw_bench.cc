@@ -3,19 +3,23 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <optional>
+#include <set>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "apps/cli.h"
+#include "apps/device_report.h"
 #include "apps/engine_flags.h"
 #include "apps/flags.h"
 #include "apps/tables.h"
 #include "io/aligned_buffer.h"
 #include "io/file.h"
 #include "io/read_engine.h"
+#include "io/read_router.h"
 
 namespace k3::cli::bench {
 namespace {
@@ -29,7 +33,7 @@ struct Measurement {
 // Reads `order` (whole experts) keeping `depth` experts in flight, one buffer slot each.
 class RawRun {
  public:
-  RawRun(io::ReadEngine& engine, const std::vector<io::FileId>& shard_ids,
+  RawRun(io::ReadRouter& engine, const std::vector<io::FileId>& shard_ids,
          const io::BufferArena& arena, uint64_t slot_bytes)
       : engine_(engine), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
 
@@ -80,7 +84,7 @@ class RawRun {
     return absl::OkStatus();
   }
 
-  io::ReadEngine& engine_;
+  io::ReadRouter& engine_;
   const std::vector<io::FileId>& shard_ids_;
   const io::BufferArena& arena_;
   uint64_t slot_bytes_;
@@ -147,11 +151,12 @@ std::optional<double> MeasureFio(const Volume& v, uint64_t block, int depth, uin
 
 std::string F2(double v) { return absl::StrFormat("%.2f", v); }
 
-void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
+void PrintTable(const std::vector<Row>& rows, bool show_volume, bool show_drives, int repeat) {
   bool any_fio = false;
   for (const Row& r : rows) any_fio |= !r.fio_gbps.empty();
   std::vector<std::string> header;
   if (show_volume) header.push_back("volume");
+  if (show_drives) header.insert(header.end(), {"+volumes", "drives"});
   header.insert(header.end(),
                 {"profile", "queue depth", absl::StrCat("GB/s (median of ", repeat, ")"),
                  "min-max GB/s", "IOPS", "MB/request"});
@@ -160,6 +165,9 @@ void PrintTable(const std::vector<Row>& rows, bool show_volume, int repeat) {
   for (const Row& r : rows) {
     std::vector<std::string> cells;
     if (show_volume) cells.push_back(r.volume);
+    if (show_drives) {
+      cells.insert(cells.end(), {absl::StrCat(r.volume_flags.size()), absl::StrCat(r.drives)});
+    }
     const auto [lo, hi] = std::minmax_element(r.gbps.begin(), r.gbps.end());
     cells.insert(cells.end(), {r.profile, absl::StrCat(r.queue_depth), F2(Median(r.gbps)),
                                absl::StrCat(F2(*lo), "-", F2(*hi)),
@@ -185,29 +193,47 @@ nlohmann::json ToJson(const std::vector<Row>& rows, const std::vector<Volume>& v
 
 std::string ToCsv(const std::vector<Row>& rows) {
   CsvTable csv({"volume", "profile", "queue_depth", "gbps_median", "iops_median", "mb_per_request",
-                "fio_gbps_median", "ratio_to_fio"});
+                "fio_gbps_median", "ratio_to_fio", "drives", "volume_flags"});
   for (const Row& r : rows) {
     const double fio = Median(r.fio_gbps);
     csv.AddRow({CsvTable::Text(r.volume), CsvTable::Text(r.profile), absl::StrCat(r.queue_depth),
                 absl::StrFormat("%.4f", Median(r.gbps)), absl::StrFormat("%.2f", Median(r.iops)),
                 absl::StrFormat("%.4f", r.mb_per_request),
                 fio > 0 ? absl::StrFormat("%.4f", fio) : "",
-                fio > 0 ? absl::StrFormat("%.4f", Median(r.gbps) / fio) : ""});
+                fio > 0 ? absl::StrFormat("%.4f", Median(r.gbps) / fio) : "",
+                absl::StrCat(r.drives), CsvTable::Text(absl::StrJoin(r.volume_flags, ";"))});
   }
   return csv.text();
 }
 
-absl::StatusOr<std::unique_ptr<io::ReadEngine>> MakeEngine(const RawSettings& s,
+// Says each of the router's warnings (a copy refused) once, however many cells open the copy.
+void WarnOnce(const std::string& text) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(text).second) std::fprintf(stderr, "k3 bench: warning: %s\n", text.c_str());
+}
+
+// A read router with one engine per drive: the files' own (at `profile`) and the volumes'.
+absl::StatusOr<std::unique_ptr<io::ReadRouter>> MakeRouter(uint64_t chunk_bytes,
                                                            const io::StorageProfile& profile,
+                                                           const std::vector<std::string>& volumes,
                                                            int depth,
                                                            const io::BufferArena& arena) {
-  io::ReadEngineOptions o;
-  o.queue_depth = depth;
-  o.profile = profile;
-  o.arena = &arena;
-  o.notices = false;  // a refused O_DIRECT is reported once per volume (NoteDirect), not per file
-  if (s.chunk_bytes > 0) o.chunk_bytes = s.chunk_bytes;
-  return io::ReadEngine::Create(o);
+  io::ReadRouterOptions o;
+  o.engine.queue_depth = depth;
+  o.engine.profile = profile;
+  o.engine.arena = &arena;
+  // A refused O_DIRECT is reported once per volume (NoteDirect), not per file.
+  o.engine.notices = false;
+  if (chunk_bytes > 0) o.engine.chunk_bytes = chunk_bytes;
+  for (const std::string& spec : volumes) {
+    auto v = io::ParseVolume(spec);
+    if (!v.ok()) return v.status();
+    o.volumes.push_back(*std::move(v));
+  }
+  o.on_warning = WarnOnce;
+  return io::ReadRouter::Create(o);
 }
 
 // Warns once per volume when its file system refuses O_DIRECT: reads then come from the page
@@ -221,17 +247,18 @@ void NoteDirect(const io::FileInfo& file, Volume& v) {
                v.dir.c_str());
 }
 
-// Runs one (volume, profile, depth) cell: `repeat` k3 runs, each followed by a fio run of the
-// same size when fio applies, so that both see the same noise.
+// Runs one (volume, volumes, profile, depth) cell: `repeat` k3 runs, each followed by a fio run
+// of the same size when fio applies (the model's directory alone), so that both see the same
+// noise.
 absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfile& profile,
                          int depth, const io::BufferArena& arena, std::mt19937_64& rng, Row* row,
                          EngineSetup* setup) {
-  auto engine = MakeEngine(s, profile, depth, arena);
+  auto engine = MakeRouter(s.chunk_bytes, profile, row->volume_flags, depth, arena);
   if (!engine.ok()) return engine.status();
   setup->backend = std::string((*engine)->backend_name());
   setup->registered = (*engine)->buffers_registered();
   setup->pages = io::PageKindName(arena.page_kind());
-  setup->chunk_bytes = (*engine)->options().chunk_bytes;
+  setup->chunk_bytes = (*engine)->options().engine.chunk_bytes;
   std::vector<io::FileId> shard_ids;
   for (const std::string& path : v.checkpoint->shard_paths()) {
     auto id = (*engine)->OpenFile(path);
@@ -241,7 +268,7 @@ absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfi
   }
   RawRun run(**engine, shard_ids, arena, v.slot_bytes);
   const int count = std::min<int>(s.reads, static_cast<int>(v.experts.size()));
-  const bool with_fio = s.fio && !profile.emulated() && FioAvailable();
+  const bool with_fio = s.fio && !profile.emulated() && row->volume_flags.empty() && FioAvailable();
   for (int rep = 0; rep < s.repeat; ++rep) {
     // A fresh random choice per run, without repeats inside the run.
     std::vector<const ExpertLocation*> order = v.experts;
@@ -249,6 +276,7 @@ absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfi
     order.resize(count);
     auto m = run.Run(order, depth);
     if (!m.ok()) return m.status();
+    row->seconds += m->seconds;
     row->gbps.push_back(static_cast<double>(m->bytes) / m->seconds / 1e9);
     row->iops.push_back(m->experts / m->seconds);
     std::optional<double> fio;
@@ -257,11 +285,14 @@ absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfi
       if (fio) row->fio_gbps.push_back(*fio / 1e9);
     }
     if (!s.quiet) {
-      std::fprintf(stderr, "k3 bench: raw %s qd %d run %d/%d: %.2f GB/s%s\n", profile.name.c_str(),
-                   depth, rep + 1, s.repeat, row->gbps.back(),
+      std::fprintf(stderr, "k3 bench: raw %s%s qd %d run %d/%d: %.2f GB/s%s\n",
+                   profile.name.c_str(), VolumesLabel(row->volume_flags).c_str(), depth, rep + 1,
+                   s.repeat, row->gbps.back(),
                    fio ? absl::StrFormat(" (fio %.2f GB/s)", *fio / 1e9).c_str() : "");
     }
   }
+  row->devices = (*engine)->devices();
+  row->drives = static_cast<int>(row->devices.size());
   return absl::OkStatus();
 }
 
@@ -326,6 +357,9 @@ nlohmann::json RawRowJson(const Row& r) {
   nlohmann::json j = {{"volume", r.volume},
                       {"profile", r.profile},
                       {"queue_depth", r.queue_depth},
+                      {"volume_flags", r.volume_flags},
+                      {"drives", r.drives},
+                      {"devices", DevicesJson(r.devices, r.seconds)},
                       {"gbps", r.gbps},
                       {"gbps_median", Median(r.gbps)},
                       {"iops_median", Median(r.iops)},
@@ -363,7 +397,28 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   s.fio = absl::GetFlag(FLAGS_fio);
   s.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   s.quiet = absl::GetFlag(FLAGS_quiet);
+  auto volumes = VolumeSpecsFromFlags();
+  if (!volumes.ok()) return volumes.status();
+  s.volumes = *std::move(volumes);
+  s.sweep_volumes = absl::GetFlag(FLAGS_sweep_volumes);
+  if (s.sweep_volumes && s.volumes.empty()) {
+    return absl::InvalidArgumentError("--sweep-volumes needs at least one --volume DIR");
+  }
   return s;
+}
+
+std::vector<std::vector<std::string>> VolumeSets(const RawSettings& s) {
+  if (!s.sweep_volumes) return {s.volumes};
+  std::vector<std::vector<std::string>> sets;
+  for (size_t n = 0; n <= s.volumes.size(); ++n) {
+    sets.emplace_back(s.volumes.begin(), s.volumes.begin() + static_cast<ptrdiff_t>(n));
+  }
+  return sets;
+}
+
+std::string VolumesLabel(const std::vector<std::string>& volume_flags) {
+  if (volume_flags.empty()) return "";
+  return absl::StrCat(" +", volume_flags.size(), volume_flags.size() == 1 ? " volume" : " volumes");
 }
 
 namespace {
@@ -384,8 +439,8 @@ absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume
 }  // namespace
 
 // Every (profile, depth) cell of one volume, with one buffer arena for all of them.
-absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng,
-                           std::vector<Row>* rows, EngineSetup* setup) {
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<std::string>& volumes,
+                           std::mt19937_64& rng, std::vector<Row>* rows, EngineSetup* setup) {
   const int max_depth = *std::max_element(s.depths.begin(), s.depths.end());
   io::BufferArena::Options arena_options;
   arena_options.huge_pages = s.huge_pages;
@@ -394,7 +449,8 @@ absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng
   if (!arena.ok()) return arena.status();
   for (const io::StorageProfile& profile : s.profiles) {
     for (int depth : s.depths) {
-      Row row{.volume = v.dir, .profile = profile.name, .queue_depth = depth};
+      Row row{
+          .volume = v.dir, .volume_flags = volumes, .profile = profile.name, .queue_depth = depth};
       row.mb_per_request = static_cast<double>(v.expert_bytes) / 1e6;
       absl::Status st = MeasureCell(s, v, profile, depth, **arena, rng, &row, setup);
       if (!st.ok()) return st;
@@ -402,6 +458,50 @@ absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> MeasureDrive(const Volume& v,
+                                                 const std::vector<std::string>& paths,
+                                                 const io::StorageProfile& profile,
+                                                 const std::vector<int>& depths, int reads,
+                                                 int repeat, std::mt19937_64& rng) {
+  std::vector<const ExpertLocation*> experts;
+  for (const ExpertLocation* loc : v.experts) {
+    if (std::all_of(loc->spans.begin(), loc->spans.end(),
+                    [&](const ByteSpan& s) { return !paths[s.shard].empty(); })) {
+      experts.push_back(loc);
+    }
+  }
+  if (experts.empty()) {
+    return absl::FailedPreconditionError("the drive holds no whole expert of the model");
+  }
+  const int max_depth = *std::max_element(depths.begin(), depths.end());
+  auto arena = io::BufferArena::Create(v.slot_bytes * static_cast<uint64_t>(max_depth));
+  if (!arena.ok()) return arena.status();
+  const int count = std::min<int>(reads, static_cast<int>(experts.size()));
+  std::vector<double> gbps;
+  for (int depth : depths) {
+    auto router = MakeRouter(0, profile, {}, depth, **arena);
+    if (!router.ok()) return router.status();
+    std::vector<io::FileId> ids;
+    for (const std::string& path : paths) {
+      auto id = path.empty() ? absl::StatusOr<io::FileId>(-1) : (*router)->OpenFile(path);
+      if (!id.ok()) return id.status();
+      ids.push_back(*id);
+    }
+    RawRun run(**router, ids, **arena, v.slot_bytes);
+    std::vector<double> runs;
+    for (int rep = 0; rep < repeat; ++rep) {
+      std::vector<const ExpertLocation*> order = experts;
+      std::shuffle(order.begin(), order.end(), rng);
+      order.resize(count);
+      auto m = run.Run(order, depth);
+      if (!m.ok()) return m.status();
+      runs.push_back(static_cast<double>(m->bytes) / m->seconds / 1e9);
+    }
+    gbps.push_back(Median(runs));
+  }
+  return gbps;
 }
 
 int RunRaw(const std::vector<std::string>& dirs) {
@@ -417,12 +517,14 @@ int RunRaw(const std::vector<std::string>& dirs) {
   std::vector<Row> rows;
   EngineSetup setup;
   for (Volume& v : volumes) {
-    if (absl::Status st = MeasureVolume(*settings, v, rng, &rows, &setup); !st.ok()) {
-      return ReportError(kName, st);
+    for (const std::vector<std::string>& set : VolumeSets(*settings)) {
+      if (absl::Status st = MeasureVolume(*settings, v, set, rng, &rows, &setup); !st.ok()) {
+        return ReportError(kName, st);
+      }
     }
   }
   std::printf("k3 io: %s\n\n", setup.Describe().c_str());
-  PrintTable(rows, volumes.size() > 1, settings->repeat);
+  PrintTable(rows, volumes.size() > 1, !settings->volumes.empty(), settings->repeat);
   if (absl::Status st = WriteOutputs(rows, volumes, setup); !st.ok()) return ReportError(kName, st);
   return kExitOk;
 }

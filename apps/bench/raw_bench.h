@@ -1,6 +1,8 @@
 // k3 bench --raw, and the raw column of the decode benchmark: random whole experts of a
-// checkpoint read with the io layer (O_DIRECT) at each queue depth and storage profile, side
-// by side with fio on the same files, block size and depth when fio is installed.
+// checkpoint read with the io layer (O_DIRECT, through a ReadRouter over the --volume drives)
+// at each queue depth and storage profile, side by side with fio on the same files, block size
+// and depth when fio is installed and no --volume is read. Also one drive's rate by depth, for
+// k3 tune.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/util/median.h"  // the medians of a Row (and of the decode benchmark's runs)
+#include "io/read_router.h"
 #include "io/storage_profile.h"
 #include "nlohmann/json.hpp"
 
@@ -32,8 +35,12 @@ struct Volume {
 
 struct Row {
   std::string volume = "";
+  std::vector<std::string> volume_flags = {};  // the --volume directories read beside it
   std::string profile = "";
   int queue_depth = 0;
+  int drives = 0;                              // the devices the reads went to
+  std::vector<io::DeviceReport> devices = {};  // what each did over the runs
+  double seconds = 0;                          // the runs' time, summed
   std::vector<double> gbps = {};
   std::vector<double> iops = {};
   std::vector<double> fio_gbps = {};
@@ -62,14 +69,33 @@ struct RawSettings {
   bool fio = true;
   bool huge_pages = true;
   bool quiet = false;
+  std::vector<std::string> volumes;  // --volume, as given
+  bool sweep_volumes = false;        // rows with the first 0, 1, ... N of them
 };
+
+// The --volume sets the rows read with: every volume, or with --sweep-volumes none, the first,
+// the first two, ... all of them.
+std::vector<std::vector<std::string>> VolumeSets(const RawSettings& s);
+// " +2 volumes" for progress lines and labels; "" without --volume.
+std::string VolumesLabel(const std::vector<std::string>& volume_flags);
 
 absl::StatusOr<Volume> LoadVolume(const std::string& dir);
 // The raw settings from the flags (--queue-depth, --storage-profile, --repeat, --reads, ...).
 absl::StatusOr<RawSettings> ReadRawSettings();
-// Every (profile, depth) cell of one volume, appended to `rows`.
-absl::Status MeasureVolume(const RawSettings& s, Volume& v, std::mt19937_64& rng,
-                           std::vector<Row>* rows, EngineSetup* setup);
+// Every (profile, depth) cell of one volume read with the --volume directories `volumes` (a
+// ReadRouter over their drives), appended to `rows`.
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<std::string>& volumes,
+                           std::mt19937_64& rng, std::vector<Row>* rows, EngineSetup* setup);
+
+// One drive's rate at each of `depths`: GB/s, the median of `repeat` runs of `reads` random whole
+// experts of `v`, read with `profile` from `paths` (one per shard of the checkpoint: the copy on
+// that drive, "" where it holds none; experts with bytes in such a shard are left out).
+// FailedPrecondition when the drive holds no whole expert.
+absl::StatusOr<std::vector<double>> MeasureDrive(const Volume& v,
+                                                 const std::vector<std::string>& paths,
+                                                 const io::StorageProfile& profile,
+                                                 const std::vector<int>& depths, int reads,
+                                                 int repeat, std::mt19937_64& rng);
 
 // The io layer's setup and the volumes: the head of both benchmarks' JSON.
 nlohmann::json SetupJson(const std::string& benchmark, const std::vector<Volume>& volumes,

@@ -155,6 +155,11 @@ absl::StatusOr<SweepResult> Sweep(const SweepOptions& o) {
     DimensionResult& out = r.dimensions.emplace_back();
     out.flag = dim.flag;
     out.before = out.chosen = r.best.*dim.field;
+    if (!dim.fixed.empty() && !dim.values.empty()) {
+      out.chosen = r.best.*dim.field = dim.values.front();
+      out.fixed = dim.fixed;
+      continue;
+    }
     if (dim.flag == "prefetch-width" && r.best.prefetch_distance == 0) {
       out.skipped = "no lookahead was chosen (--prefetch-distance 0)";
       continue;

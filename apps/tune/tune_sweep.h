@@ -22,6 +22,9 @@ struct Dimension {
   std::string flag;  // as typed: "queue-depth"
   int EngineOptions::*field = nullptr;
   std::vector<int> values;
+  // When set, the dimension is not swept: it takes values[0], and this says why (the table's
+  // note), as for the queue depth chosen per drive (apps/tune/drive_depths.h).
+  std::string fixed = "";
 };
 
 struct Trial {
@@ -36,6 +39,7 @@ struct DimensionResult {
   int chosen = 0;
   int rounds = 0;
   std::string skipped;  // why it was not swept ("" when it was)
+  std::string fixed;    // Dimension::fixed: chosen without a sweep
 };
 
 struct SweepOptions {

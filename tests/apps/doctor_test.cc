@@ -7,6 +7,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/util/run_k3.h"
 #include "tests/util/temp_dir.h"
+#include "tests/util/volume_dirs.h"
 
 namespace k3 {
 namespace {
@@ -58,6 +59,62 @@ TEST(DoctorTest, ASparseCheckpointsRateIsCalledMemoryNotDisk) {
   EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("WARN +disk read .* mostly holes"));
   EXPECT_THAT(r.out, HasSubstr("not of a disk"));
+}
+
+// With --volume: the drives the engine reads the model from, grouped as it groups them (a file
+// system; a volume with a profile of its own), each with a rate, and what each directory holds.
+// `same` is on the model's file system and lacks one shard's copy and has another cut short;
+// `own` holds every shard and has a profile of its own.
+TEST(DoctorTest, ListsEachDriveWithItsRateAndWhatEachVolumeHolds) {
+  testing::TempDir dir;
+  const std::string model = dir / "model", same = dir / "same", own = dir / "own";
+  ASSERT_EQ(RunK3({"synth", "--out", model, "--quiet"}).exit_code, 0);
+  const int shards = testing::LinkShards(model, own);
+  testing::LinkShards(model, same);
+  const std::string cut = "model-00003-of-00014.safetensors";
+  std::filesystem::remove(same + "/" + cut);
+  std::filesystem::copy_file(model + "/" + cut, same + "/" + cut);
+  std::filesystem::resize_file(same + "/" + cut, 4096);
+  std::filesystem::remove(same + "/model-00004-of-00014.safetensors");
+
+  auto r = RunK3({"doctor", "--model", model, "--volume", same, "--volume", own + "@bw=2000MB/s",
+                  "--report-json", dir / "doctor.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "WARN +volume +" + same + " on drive .*: " + std::to_string(shards - 2) +
+                         " of " + std::to_string(shards) + " files.*1 copy differs"));
+  EXPECT_THAT(r.out, HasSubstr(cut));
+  EXPECT_THAT(r.out, HasSubstr("drive       " + own + " (bw=2000MB/s): "));
+
+  const auto report = nlohmann::json::parse(testing::ReadAll(dir / "doctor.json"));
+  const auto& drives = report["drives"];
+  ASSERT_EQ(drives.size(), 2u) << report.dump(1);
+  // The model's file system: its directory and `same`, measured once (the "disk read" check).
+  ASSERT_EQ(drives[0]["dirs"].size(), 2u);
+  EXPECT_EQ(drives[0]["dirs"][0]["dir"], model);
+  EXPECT_TRUE(drives[0]["dirs"][0]["volume"].is_null());
+  EXPECT_EQ(drives[0]["dirs"][0]["files"], shards);
+  EXPECT_EQ(drives[0]["dirs"][1]["dir"], same);
+  EXPECT_EQ(drives[0]["dirs"][1]["files"], shards - 2);
+  EXPECT_EQ(drives[0]["dirs"][1]["model_files"], shards);
+  ASSERT_EQ(drives[0]["dirs"][1]["differs"].size(), 1u);
+  EXPECT_THAT(drives[0]["dirs"][1]["differs"][0].get<std::string>(), HasSubstr("4096 bytes"));
+  EXPECT_EQ(drives[0]["read_bytes_per_second"], report["read_bytes_per_second"]);
+  EXPECT_EQ(drives[0]["files"], shards);
+  // `own`: a drive of its own, named by its directory, read through its profile.
+  EXPECT_EQ(drives[1]["id"], own);
+  EXPECT_EQ(drives[1]["profile"], "bw=2000MB/s");
+  ASSERT_EQ(drives[1]["dirs"].size(), 1u);
+  EXPECT_EQ(drives[1]["dirs"][0]["volume"], own + "@bw=2000MB/s");
+  EXPECT_EQ(drives[1]["dirs"][0]["files"], shards);
+  EXPECT_EQ(drives[1]["dirs"][0]["bytes"], drives[0]["dirs"][0]["bytes"]);
+  EXPECT_GT(drives[1]["read_bytes_per_second"].get<double>(), 0);
+  EXPECT_TRUE(drives[1]["o_direct"].get<bool>());
+
+  // The volumes' copies are compared with the model's: no --model, no --volume.
+  r = RunK3({"doctor", "--volume", own});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--volume needs --model"));
 }
 
 TEST(InspectTest, ShowsWhatEveryMemoryPresetGivesTheModel) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -123,6 +124,51 @@ TEST_F(ReadReplayTest, TheLogIsReplayedWhileAskedAndTheFastestReplayIsTheFloor) 
   ASSERT_TRUE(once.ok()) << once.status();
   EXPECT_EQ(once->replay_seconds.size(), 1u);
   EXPECT_EQ(once->seconds, once->replay_seconds[0]);
+}
+
+// The replay reads over the run's drives (a volume with its own profile holds a copy here), and
+// says what each did in the fastest replay: their bytes are the log's.
+TEST_F(ReadReplayTest, TheReplayReadsOverTheLogsVolumesAndSaysWhatEachDriveDid) {
+  std::filesystem::create_directories(dir_ / "volume");
+  std::filesystem::create_hard_link(file_.path, dir_ / "volume/data.bin");
+  ReadLog log{
+      .paths = {file_.path}, .reads = {}, .options = {.engine = OptionsFor(Backend::kAuto)}};
+  for (int i = 0; i < 8; ++i) {
+    log.reads.push_back({.file = 0, .offset = i * (300ull << 10), .length = 200 << 10});
+  }
+  log.options.engine.queue_depth = 4;
+  auto volume = ParseVolume(dir_ / "volume@bw=400MB/s");
+  ASSERT_TRUE(volume.ok()) << volume.status();
+  log.options.volumes = {*volume};
+  auto replay = ReplayReadLog(log, 1ull << 30, [](const auto& s) { return s.size() < 2; });
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  ASSERT_EQ(replay->devices.size(), 2u);
+  EXPECT_EQ(replay->devices[1].id, dir_ / "volume");
+  uint64_t bytes = 0;
+  int64_t reads = 0;
+  for (const DeviceReport& d : replay->devices) {
+    bytes += d.bytes;
+    reads += d.reads;
+  }
+  EXPECT_EQ(bytes, replay->bytes);
+  EXPECT_GE(reads, replay->reads);  // a read may be split over the drives
+}
+
+TEST(DevicesSinceTest, CountersAreTheDifferenceAndANewDeviceCountsWhole) {
+  const std::vector<DeviceReport> before = {
+      {.id = "8:0", .bytes = 100, .reads = 2, .busy_seconds = 1.0, .rate = 5, .failovers = 1}};
+  const std::vector<DeviceReport> after = {
+      {.id = "8:0", .bytes = 350, .reads = 7, .busy_seconds = 1.5, .rate = 9, .failovers = 1},
+      {.id = "/mnt/b", .bytes = 40, .reads = 1, .busy_seconds = 0.25, .rate = 3}};
+  const std::vector<DeviceReport> d = DevicesSince(before, after);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].bytes, 250u);
+  EXPECT_EQ(d[0].reads, 5);
+  EXPECT_DOUBLE_EQ(d[0].busy_seconds, 0.5);
+  EXPECT_EQ(d[0].failovers, 0);
+  EXPECT_EQ(d[0].rate, 9);  // as it is now
+  EXPECT_EQ(d[1].bytes, 40u);
+  EXPECT_DOUBLE_EQ(d[1].busy_seconds, 0.25);
 }
 
 TEST_F(ReadReplayTest, AnEmptyLogTakesNoTimeAndABadOneIsRefused) {
