@@ -186,25 +186,9 @@ absl::StatusOr<FileId> ReadEngine::Impl::OpenFile(const std::string& path) {
   return static_cast<FileId>(files.size() - 1);
 }
 
-namespace {
-
-absl::Status CheckBuffer(const ReadRequest& request, const AlignedExtent& extent) {
-  if (reinterpret_cast<uintptr_t>(request.buffer.data()) % kDirectAlignment != 0) {
-    return absl::InvalidArgumentError("read buffer is not 4 KiB-aligned");
-  }
-  if (request.buffer.size() < extent.aligned_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "read buffer of ", request.buffer.size(), " bytes is too small: ", request.length,
-        " bytes at offset ", request.offset, " need ", extent.aligned_length));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<ReadId> ReadEngine::Impl::Submit(ReadRequest request) {
   const AlignedExtent extent = ExtentFor(request.offset, request.length);
-  if (absl::Status s = CheckBuffer(request, extent); !s.ok()) return s;
+  if (absl::Status s = internal::CheckReadBuffer(request); !s.ok()) return s;
   std::vector<Finished> out;
   ReadId id;
   {
@@ -251,28 +235,11 @@ ReadResult ReadEngine::Impl::Wait(ReadId id) {
     return done.contains(id) || !live.contains(id);
   };
   Await(mu, absl::Condition(&ready));
-  auto d = done.find(id);
-  if (d == done.end()) {
-    return {.id = id,
-            .status = absl::NotFoundError(absl::StrCat("no unclaimed read with id ", id))};
-  }
-  ReadResult result = std::move(d->second);
-  done.erase(d);
-  return result;
+  if (auto result = done.Claim(id)) return *std::move(result);
+  return {.id = id, .status = absl::NotFoundError(absl::StrCat("no unclaimed read with id ", id))};
 }
 
-std::optional<ReadResult> ReadEngine::Impl::ClaimOldest() {
-  while (!done_order.empty()) {
-    const ReadId id = done_order.front();
-    done_order.pop_front();
-    auto d = done.find(id);
-    if (d == done.end()) continue;  // claimed by Wait()
-    ReadResult result = std::move(d->second);
-    done.erase(d);
-    return result;
-  }
-  return std::nullopt;
-}
+std::optional<ReadResult> ReadEngine::Impl::ClaimOldest() { return done.ClaimOldest(); }
 
 std::optional<ReadResult> ReadEngine::Impl::WaitAny(absl::Duration timeout) {
   AnnotatedMutexLock lock(&mu);
@@ -403,14 +370,7 @@ void ReadEngine::StartLog() {
 std::vector<LoggedRead> ReadEngine::TakeLog() {
   AnnotatedMutexLock lock(&impl_->mu);
   impl_->logging = false;
-  // Completion order, which depends on the device; the replay issues them as they were asked.
-  std::sort(impl_->log.begin(), impl_->log.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<LoggedRead> reads;
-  reads.reserve(impl_->log.size());
-  for (const auto& entry : impl_->log) reads.push_back(entry.second);
-  impl_->log.clear();
-  return reads;
+  return internal::InRequestOrder(std::exchange(impl_->log, {}));
 }
 
 EngineStats ReadEngine::stats() const {

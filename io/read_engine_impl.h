@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "io/engine_internal.h"
 #include "io/read_engine.h"
+#include "io/read_results.h"
 #include "io/tsan_mutex.h"
 
 namespace k3::io {
@@ -173,8 +174,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   bool holds_released ABSL_GUARDED_BY(mu) = false;
   uint64_t timed_generation ABSL_GUARDED_BY(mu) = 0;
   std::vector<Finished> deferred ABSL_GUARDED_BY(mu);  // callbacks for the timer thread to run
-  absl::flat_hash_map<ReadId, ReadResult> done ABSL_GUARDED_BY(mu);
-  std::deque<ReadId> done_order ABSL_GUARDED_BY(mu);
+  internal::UnclaimedResults done ABSL_GUARDED_BY(mu);
   ReadId next_id ABSL_GUARDED_BY(mu) = 1;
   size_t backend_in_flight ABSL_GUARDED_BY(mu) = 0;
   bool stopping ABSL_GUARDED_BY(mu) = false;

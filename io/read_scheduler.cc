@@ -357,8 +357,7 @@ void ReadEngine::Impl::Finish(RequestState* r, std::vector<Finished>* out) {
   if (r->spec.on_complete) {
     out->push_back({std::move(result), std::move(r->spec.on_complete)});
   } else {
-    done_order.push_back(r->id);
-    done.emplace(r->id, std::move(result));
+    done.Add(std::move(result));
   }
   live.erase(r->id);
 }
