@@ -324,9 +324,13 @@ TEST_F(ServeTest, ModelsHealthAndMetricsAnswer) {
   const testing::HttpResult metrics = testing::Curl(server.url("/metrics"));
   EXPECT_EQ(metrics.status, 200);
   for (const char* name : {"k3_queue_length", "k3_seconds_per_token", "k3_read_bytes_total",
-                           "k3_expert_cache_hit_ratio", "k3_disk_busy_ratio", "k3_tokens_total"}) {
+                           "k3_expert_cache_hit_ratio", "k3_disk_busy_ratio", "k3_tokens_total",
+                           "k3_device_read_bytes_total", "k3_device_busy_seconds_total",
+                           "k3_device_rate_bytes_per_second", "k3_device_failovers_total"}) {
     EXPECT_THAT(metrics.body, HasSubstr(std::string("# TYPE ") + name)) << name;
   }
+  // One drive: the model's directory, labelled by its device.
+  EXPECT_THAT(metrics.body, HasSubstr("k3_device_read_bytes_total{device=\""));
   EXPECT_THAT(server.log(), HasSubstr("listening on http://127.0.0.1:"));
   EXPECT_EQ(server.Stop(), 0);
   EXPECT_THAT(server.log(), HasSubstr("k3 serve: stopped"));
