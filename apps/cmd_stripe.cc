@@ -112,18 +112,32 @@ absl::StatusOr<std::vector<double>> ParseWeights(const std::string& text, size_t
 }
 
 void PrintPlan(const StripePlan& plan, const std::vector<std::string>& dirs) {
-  MarkdownTable table({"directory", "weight", "of the weights", "bytes", "share", "layer share min",
-                       "layer share max"},
-                      {false, true, true, true, true, true, true});
+  // With copies the shares are of the striped experts (one copy each), so they add up to K.
+  const bool copies = plan.copies > 1;
+  std::vector<std::string> head = {"directory", "weight", "of the weights"};
+  if (copies) head.push_back("target");
+  for (const char* h : {"bytes", "share", "layer share min", "layer share max"}) head.push_back(h);
+  std::vector<bool> right(head.size(), true);
+  right[0] = false;
+  MarkdownTable table(head, right);
   const std::vector<StripeShare> shares = StripeShares(plan);
   for (size_t d = 0; d < dirs.size(); ++d) {
     const StripeShare& s = shares[d];
-    table.AddRow({dirs[d], absl::StrFormat("%.4g", plan.weights[d]), Percent(s.weight_share),
-                  FormatBytes(static_cast<double>(s.bytes)), Percent(s.share),
-                  absl::StrCat(Percent(s.min_layer_share), " (layer ", s.min_layer, ")"),
-                  absl::StrCat(Percent(s.max_layer_share), " (layer ", s.max_layer, ")")});
+    std::vector<std::string> row = {dirs[d], absl::StrFormat("%.4g", plan.weights[d]),
+                                    Percent(s.weight_share)};
+    if (copies) row.push_back(Percent(s.target));
+    row.push_back(FormatBytes(static_cast<double>(s.bytes)));
+    row.push_back(Percent(s.share));
+    row.push_back(absl::StrCat(Percent(s.min_layer_share), " (layer ", s.min_layer, ")"));
+    row.push_back(absl::StrCat(Percent(s.max_layer_share), " (layer ", s.max_layer, ")"));
+    table.AddRow(row);
   }
   std::printf("%s", table.text().c_str());
+  if (copies) {
+    std::printf(
+        "each expert in %d directories; target and shares are of the striped experts' bytes\n",
+        plan.copies);
+  }
   if (plan.unstriped > 0) {
     std::printf("%lld routed experts are not one contiguous span and stay in the shards only\n",
                 static_cast<long long>(plan.unstriped));
@@ -191,7 +205,7 @@ int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs)
   auto weights =
       weights_text.empty() ? MeasureWeights(dirs) : ParseWeights(weights_text, dirs.size());
   if (!weights.ok()) return ReportError(kStripeName, weights.status());
-  auto plan = PlanStripes(ckpt, *weights);
+  auto plan = PlanStripes(ckpt, *weights, absl::GetFlag(FLAGS_copies));
   if (!plan.ok()) return ReportError(kStripeName, plan.status());
   if (!absl::GetFlag(FLAGS_quiet)) PrintPlan(*plan, dirs);
 
@@ -207,13 +221,12 @@ int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs)
   if (!absl::GetFlag(FLAGS_quiet)) {
     const double seconds = StripeSecondsSince(start);
     const uint64_t bytes = plan->TotalBytes();
-    const auto striped =
-        std::count_if(plan->dir.begin(), plan->dir.end(), [](int d) { return d >= 0; });
     std::fprintf(stderr,
-                 "k3 stripe: wrote %lld experts, %s over %zu directories in %.2f s (%s), "
+                 "k3 stripe: wrote %lld experts x %d, %s over %zu directories in %.2f s (%s), "
                  "verified (CRC-32C)\n",
-                 static_cast<long long>(striped), FormatBytes(static_cast<double>(bytes)).c_str(),
-                 dirs.size(), seconds, StripeRate(bytes / std::max(seconds, 1e-9)).c_str());
+                 static_cast<long long>(plan->StripedExperts()), plan->copies,
+                 FormatBytes(static_cast<double>(bytes)).c_str(), dirs.size(), seconds,
+                 StripeRate(bytes / std::max(seconds, 1e-9)).c_str());
   }
   return kExitOk;
 }
@@ -233,6 +246,13 @@ int RunStripe(const std::vector<std::string>& positional) {
                                                 " directories, not ", dirs.size()));
   }
   const bool verify_only = absl::GetFlag(FLAGS_verify_only);
+  const int copies = absl::GetFlag(FLAGS_copies);
+  if (copies < 1 || copies > static_cast<int>(dirs.size())) {
+    return UsageError(kStripeName, absl::StrCat("--copies ", copies,
+                                                ": each expert's copies go "
+                                                "to distinct --out directories, so 1 to ",
+                                                dirs.size()));
+  }
   if (absl::GetFlag(FLAGS_measure) && !absl::GetFlag(FLAGS_weights).empty()) {
     return UsageError(kStripeName, "--measure and --weights exclude each other");
   }
@@ -252,8 +272,8 @@ const Subcommand& StripeCommand() {
   static const Subcommand kCommand = {
       kStripeName,
       "copy the routed experts striped over several drives, every layer on every drive",
-      "stripe --model DIR --out DIR1,DIR2,... [--weights W1,W2,... | --measure] [--force] "
-      "[--quiet] [--verify-only]",
+      "stripe --model DIR --out DIR1,DIR2,... [--weights W1,W2,... | --measure] [--copies K] "
+      "[--force] [--quiet] [--verify-only]",
       "Copies every routed expert of the checkpoint into one of the --out directories (one per\n"
       "drive), so that each MoE layer's experts are on every drive in proportion to its weight:\n"
       "a directory's share of each layer is its weight's share within one expert, and\n"
@@ -264,13 +284,16 @@ const Subcommand& StripeCommand() {
       "written in parallel, read back and checked before any manifest is written; an\n"
       "interrupted or failed run leaves no stripes that k3 accepts. The shards are not changed:\n"
       "the stripes are copies. Experts whose parts are not one contiguous span stay in the\n"
-      "shards only. The engine does not read stripes yet: they are the layout for a reader\n"
-      "that sends each layer's expert reads to every drive. Without --weights each directory's "
-      "read rate is measured on a 128 MiB\n"
-      "scratch file (written, read with O_DIRECT for a few seconds, deleted) and used as its\n"
-      "weight. Existing stripes are kept unless --force is given. --verify-only writes nothing\n"
-      "and checks every extent of the stripes in --out against its CRC-32C (exit 1 on a\n"
-      "mismatch, naming the data file and the offset).\n"
+      "shards only. Give the directories to a run with --volume: the engine reads each striped\n"
+      "expert from the drives that hold it. --copies K (default 1) writes each expert to K\n"
+      "distinct directories, each holding about K x its weight's share of every layer (capped\n"
+      "at every expert): the engine then reads each expert from whichever holder finishes\n"
+      "first, so a layer's 16 routed experts no longer pile up on one drive. It costs space: K/N\n"
+      "of the experts per drive for N equal weights. Without --weights each directory's read\n"
+      "rate is measured on a 128 MiB scratch file (written, read with O_DIRECT for a few\n"
+      "seconds, deleted) and used as its weight. Existing stripes are kept unless --force is\n"
+      "given. --verify-only writes nothing and checks every extent of the stripes in --out\n"
+      "against its CRC-32C (exit 1 on a mismatch, naming the data file and the offset).\n"
       "Format: docs/STORAGE.md, \"Striped layout\".",
       kStripe,
       RunStripe};

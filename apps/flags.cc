@@ -247,6 +247,9 @@ ABSL_FLAG(bool, verify_only, false,
 ABSL_FLAG(bool, measure, false,
           "k3 stripe: weight each --out directory by its read rate, measured on a scratch file "
           "written there and deleted (what happens without --weights).");
+ABSL_FLAG(int32_t, copies, 1,
+          "k3 stripe: write each routed expert to this many distinct --out directories (1 to "
+          "their count), so that a layer's reads can be balanced over the drives.");
 
 namespace k3::cli {
 namespace {
@@ -348,6 +351,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_codec), kPack},
       {F(FLAGS_verify_only), kPack | kStripe},
       {F(FLAGS_measure), kStripe},
+      {F(FLAGS_copies), kStripe},
   };
   return kTable;
 }

@@ -30,22 +30,29 @@ inline constexpr int kStripeVersion = 1;
 inline constexpr uint64_t kStripeAlignment = 4096;
 inline constexpr int kMaxStripeDirectories = 64;
 
-// Which directory holds each routed expert.
+// Which directories hold each routed expert: `copies` distinct ones each.
 struct StripePlan {
   std::vector<double> weights;  // one per directory, as given (positive)
+  int copies = 1;               // directories per striped expert, in [1, directories()]
   int64_t num_layers = 0;
   int64_t num_experts = 0;
-  // [layer * num_experts + e]: the directory of the expert, or -1 where it is not striped (dense
-  // layers, and experts whose parts are not one contiguous span: those stay in the shards only).
+  // [(layer * num_experts + e) * copies + j]: the directory of copy j of the expert (distinct
+  // for j in [0, copies)), or -1 where it is not striped (dense layers, and experts whose parts
+  // are not one contiguous span: those stay in the shards only).
   std::vector<int> dir;
   // [layer][directory]: the striped bytes of the layer on the directory.
   std::vector<std::vector<uint64_t>> layer_bytes;
   int64_t unstriped = 0;  // routed experts of MoE layers left in the shards (not contiguous)
 
   int directories() const { return static_cast<int>(weights.size()); }
-  int DirOf(int64_t layer, int64_t e) const { return dir[layer * num_experts + e]; }
+  // The directory of the expert's first copy (-1 when not striped).
+  int DirOf(int64_t layer, int64_t e) const { return dir[(layer * num_experts + e) * copies]; }
+  // The directories of all its copies (all -1 when not striped).
+  std::vector<int> DirsOf(int64_t layer, int64_t e) const;
+  bool Holds(int d, int64_t layer, int64_t e) const;
+  int64_t StripedExperts() const;  // experts with copies, each counted once
   uint64_t DirectoryBytes(int d) const;
-  uint64_t TotalBytes() const;
+  uint64_t TotalBytes() const;  // all copies
 };
 
 // Assigns every contiguous routed expert to one of weights.size() directories, layer by layer:
@@ -56,14 +63,26 @@ struct StripePlan {
 // directories (no run of neighbouring experts on one drive) and each directory's share of every
 // layer is within one expert of its weight. Deterministic. InvalidArgument for no weights, more
 // than kMaxStripeDirectories, or a weight that is not a positive finite number.
-absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<double> weights);
+//
+// With copies = K > 1 each expert goes to K distinct directories. The first copies are placed
+// as above; a directory's total count of the layer's experts is then K x its weighted share,
+// capped at every expert (what a capped directory cannot take goes to the others by weight),
+// within one expert; the other K - 1 copies are dealt in id order by a second smooth weighted
+// round-robin with the remaining counts, skipping the directories that already hold the expert
+// (and taking a directory first when it needs every expert left to reach its count), so the
+// experts any two directories share are spread over the ids. InvalidArgument for K outside
+// [1, weights.size()].
+absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<double> weights,
+                                       int copies = 1);
 
 // One directory's share of a plan against its weight.
+// With K copies the shares are of one copy of the striped experts: they add up to K.
 struct StripeShare {
   double weight_share = 0;  // its weight / the sum of the weights
+  double target = 0;        // K x weight_share, capped at 1 (the excess to the others by weight)
   uint64_t bytes = 0;       // striped bytes on it, all layers
-  double share = 0;         // bytes / all striped bytes
-  // Its share of each MoE layer's striped bytes: the least and the most, and where.
+  double share = 0;         // bytes / the striped experts' bytes (one copy each)
+  // Its share of each MoE layer's striped experts' bytes: the least and the most, and where.
   double min_layer_share = 0;
   double max_layer_share = 0;
   int64_t min_layer = -1;

@@ -112,6 +112,15 @@ absl::Status ParseStripeHeader(const StripeReader& r, const json& root, StripeMa
   m.fingerprint = *fingerprint;
   m.directory = static_cast<int>(*directory);
   m.directories = static_cast<int>(*directories);
+  if (root.contains("copies")) {  // manifests written before --copies have none: 1
+    auto copies = r.U64(root, "copies", "");
+    if (!copies.ok()) return copies.status();
+    if (*copies == 0 || *copies > *directories) {
+      return r.Error("copies",
+                     absl::StrCat(*copies, " is not in [1, directories (", *directories, ")]"));
+    }
+    m.copies = static_cast<int>(*copies);
+  }
   auto weights = r.Array(root, "weights", "");
   if (!weights.ok()) return weights.status();
   for (const json& w : **weights) {
@@ -276,6 +285,7 @@ std::string StripeManifestText(const StripeManifest& m) {
   head["fingerprint"] = m.fingerprint;
   head["directory"] = m.directory;
   head["directories"] = m.directories;
+  head["copies"] = m.copies;
   head["weights"] = m.weights;
   head["alignment"] = kStripeAlignment;
   head["files"] = std::move(files);

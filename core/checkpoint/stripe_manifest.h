@@ -27,6 +27,7 @@ struct StripeManifest {
   std::string fingerprint;
   int directory = 0;
   int directories = 1;
+  int copies = 1;  // directories each expert was written to (information; absent in old ones)
   std::vector<double> weights;
   std::vector<File> files;
   std::vector<Shard> shards;

@@ -51,6 +51,22 @@ TEST_F(StripeCommandTest, StripesPrintsTheSharesAndVerifies) {
   EXPECT_THAT(again.err, AllOf(HasSubstr("96 extents"), HasSubstr("CRC-32C verified")));
 }
 
+TEST_F(StripeCommandTest, CopiesWriteEachExpertToKDirectories) {
+  auto r = RunK3(
+      {"stripe", "--model", Model(), "--out", Dirs(3), "--weights", "2,1,1", "--copies", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("target"), HasSubstr("100.0 %"), HasSubstr("50.0 %"),
+                           HasSubstr("each expert in 2 directories")));
+  EXPECT_THAT(r.err, HasSubstr("wrote 96 experts x 2"));
+  for (int d = 0; d < 3; ++d) {
+    auto manifest = nlohmann::json::parse(testing::ReadAll(Dir(d) + "/k3-stripe.json"));
+    EXPECT_EQ(manifest["copies"], 2);
+  }
+  auto again = RunK3({"stripe", "--model", Model(), "--out", Dirs(3), "--verify-only"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("192 extents"));
+}
+
 TEST_F(StripeCommandTest, RefusesExistingStripesWithoutForce) {
   ASSERT_EQ(
       RunK3({"stripe", "-m", Model(), "--out", Dirs(2), "--weights", "1,1", "--quiet"}).exit_code,
@@ -99,6 +115,8 @@ TEST_F(StripeCommandTest, BadFlagsAreUsageErrors) {
       {{"--out", Dir(0) + ",," + Dir(1), "--weights", "1,1"}, "empty directory name"},
       {{"--out", Dir(0) + "," + Dir(0), "--weights", "1,1"}, "listed twice"},
       {{"--weights", "1,1"}, "--out DIR1,DIR2,... is required"},
+      {{"--out", Dirs(2), "--weights", "1,1", "--copies", "3"}, "--copies 3"},
+      {{"--out", Dirs(2), "--weights", "1,1", "--copies", "0"}, "1 to 2"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"stripe", "-m", Model()};

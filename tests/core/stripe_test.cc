@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -51,8 +52,8 @@ class StripeTest : public ::testing::Test {
     ckpt_ = *std::move(ckpt);
   }
 
-  StripePlan Plan(const std::vector<double>& weights) {
-    auto plan = PlanStripes(*ckpt_, weights);
+  StripePlan Plan(const std::vector<double>& weights, int copies = 1) {
+    auto plan = PlanStripes(*ckpt_, weights, copies);
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : StripePlan{};
   }
@@ -64,9 +65,9 @@ class StripeTest : public ::testing::Test {
   }
 
   // Stripes the model over `weights.size()` directories.
-  std::vector<std::string> Stripe(const std::vector<double>& weights) {
+  std::vector<std::string> Stripe(const std::vector<double>& weights, int copies = 1) {
     const auto dirs = Dirs(static_cast<int>(weights.size()));
-    absl::Status s = WriteStripes(*ckpt_, Plan(weights), dirs);
+    absl::Status s = WriteStripes(*ckpt_, Plan(weights, copies), dirs);
     EXPECT_TRUE(s.ok()) << s;
     return dirs;
   }
@@ -235,6 +236,166 @@ TEST_F(StripeTest, WrittenStripesLoadWithEveryExpertsBytesOnce) {
               }).ok());
   EXPECT_EQ(last, total);
   EXPECT_EQ(total, plan.TotalBytes());
+}
+
+TEST_F(StripeTest, CopiesGoToDistinctDirectoriesEachKTimesItsWeightShareCapped) {
+  const ModelConfig& c = ckpt_->config();
+  const uint64_t expert_bytes = ckpt_->expert(1, 0).total_bytes;
+  struct Case {
+    std::vector<double> weights;
+    int copies;
+    std::vector<double> target;  // of one copy of the layer's experts
+  };
+  for (const Case& k :
+       std::vector<Case>{{{1, 1, 1}, 2, {2.0 / 3, 2.0 / 3, 2.0 / 3}},
+                         {{2, 1, 1}, 2, {1, 0.5, 0.5}},
+                         {{4, 1, 1}, 2, {1, 0.5, 0.5}},  // 4/3 capped
+                         {{1, 1, 1}, 3, {1, 1, 1}},
+                         {{2, 1, 0.2, 1}, 3, {1, 10.0 / 11, 2.0 / 11, 10.0 / 11}}}) {
+    SCOPED_TRACE(absl::StrCat(::testing::PrintToString(k.weights), " x ", k.copies));
+    const StripePlan plan = Plan(k.weights, k.copies);
+    const int n = plan.directories();
+    ASSERT_EQ(plan.copies, k.copies);
+    EXPECT_EQ(plan.StripedExperts(), (c.num_layers - 1) * c.num_experts);
+    const StripePlan single = Plan(k.weights);
+    for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+      std::vector<int64_t> count(n, 0);
+      std::vector<std::vector<int64_t>> shared(n, std::vector<int64_t>(n, 0));
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::vector<int> dirs = plan.DirsOf(l, e);
+        ASSERT_EQ(dirs.size(), static_cast<size_t>(k.copies));
+        EXPECT_EQ(std::set<int>(dirs.begin(), dirs.end()).size(), dirs.size())
+            << "layer " << l << " expert " << e << ": " << ::testing::PrintToString(dirs);
+        EXPECT_EQ(dirs[0], single.DirOf(l, e)) << "the first copy is placed as with one";
+        for (int d : dirs) {
+          ASSERT_GE(d, 0);
+          ASSERT_LT(d, n);
+          EXPECT_TRUE(plan.Holds(d, l, e));
+          ++count[d];
+          for (int o : dirs) shared[d][o] += d != o ? 1 : 0;
+        }
+      }
+      for (int d = 0; d < n; ++d) {
+        EXPECT_GT(count[d], 0) << "layer " << l << " dir " << d;
+        EXPECT_EQ(plan.layer_bytes[l][d], count[d] * expert_bytes);
+        // Within one expert of K x its weight share, capped at every expert.
+        EXPECT_LT(std::abs(static_cast<double>(count[d]) - k.target[d] * c.num_experts), 1.0)
+            << "layer " << l << " dir " << d << ": " << count[d];
+        // Every pair shares experts, unless one directory holds them all (the others' copies
+        // are then their second ones).
+        const bool one_full = *std::max_element(k.target.begin(), k.target.end()) == 1;
+        for (int o = 0; o < n && !one_full; ++o) {
+          if (o != d) {
+            EXPECT_GT(shared[d][o], 0) << "layer " << l << " dirs " << d << "," << o;
+          }
+        }
+      }
+    }
+    for (int d = 0; d < n; ++d) {
+      const StripeShare s = StripeShares(plan)[d];
+      EXPECT_NEAR(s.target, k.target[d], 1e-9);
+      EXPECT_EQ(s.layers_without, 0);
+      EXPECT_LE(std::abs(s.share - s.target), 0.05 * s.target);
+      EXPECT_LE(std::abs(s.min_layer_share - s.target), 0.05 * s.target);
+      EXPECT_LE(std::abs(s.max_layer_share - s.target), 0.05 * s.target);
+    }
+    EXPECT_EQ(Plan(k.weights, k.copies).dir, plan.dir);  // deterministic
+  }
+}
+
+TEST_F(StripeTest, TheExpertsTwoDirectoriesShareAreSpreadOverTheIds) {
+  // Three equal drives, two copies: each pair shares a third of a layer, never a long run of ids.
+  const ModelConfig& c = ckpt_->config();
+  const StripePlan plan = Plan({1, 1, 1}, 2);
+  for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+    std::map<std::pair<int, int>, int64_t> pairs;
+    int run = 1, longest = 1;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      std::vector<int> dirs = plan.DirsOf(l, e);
+      std::sort(dirs.begin(), dirs.end());
+      ++pairs[{dirs[0], dirs[1]}];
+      if (e > 0) {
+        std::vector<int> before = plan.DirsOf(l, e - 1);
+        std::sort(before.begin(), before.end());
+        run = before == dirs ? run + 1 : 1;
+        longest = std::max(longest, run);
+      }
+    }
+    ASSERT_EQ(pairs.size(), 3u) << "layer " << l;
+    for (const auto& [pair, n] : pairs) {
+      EXPECT_NEAR(static_cast<double>(n), c.num_experts / 3.0, 2.0) << "layer " << l;
+    }
+    EXPECT_LE(longest, 2) << "layer " << l;
+  }
+}
+
+TEST_F(StripeTest, EveryCopyCountPlansDistinctDirectoriesForSkewedWeights) {
+  const ModelConfig& c = ckpt_->config();
+  for (const std::vector<double>& weights : std::vector<std::vector<double>>{
+           {100, 1, 1, 1}, {1, 0.01}, {1, 2, 3, 4, 5}, {0.3, 7, 0.3}}) {
+    for (int copies = 1; copies <= static_cast<int>(weights.size()); ++copies) {
+      SCOPED_TRACE(absl::StrCat(::testing::PrintToString(weights), " x ", copies));
+      const StripePlan plan = Plan(weights, copies);
+      for (int64_t l = c.first_k_dense_replace; l < c.num_layers; ++l) {
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          const std::vector<int> dirs = plan.DirsOf(l, e);
+          ASSERT_EQ(std::set<int>(dirs.begin(), dirs.end()).size(), dirs.size());
+          ASSERT_GE(*std::min_element(dirs.begin(), dirs.end()), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(StripeTest, CopiesOutsideOneToTheDirectoriesAreRefused) {
+  for (int copies : {0, -1, 4}) {
+    auto plan = PlanStripes(*ckpt_, {1, 1, 1}, copies);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << copies;
+  }
+}
+
+TEST_F(StripeTest, WrittenCopiesLoadWithEveryExpertKTimes) {
+  for (const std::vector<double>& weights :
+       std::vector<std::vector<double>>{{1, 1, 1}, {2, 1, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(weights));
+    const auto dirs = Stripe(weights, 2);
+    const StripePlan plan = Plan(weights, 2);
+    auto extents = LoadStripes(*ckpt_, dirs);
+    ASSERT_TRUE(extents.ok()) << extents.status();
+    const ModelConfig& c = ckpt_->config();
+    ASSERT_EQ(extents->size(), static_cast<size_t>(2 * (c.num_layers - 1) * c.num_experts));
+    std::map<std::pair<int64_t, int64_t>, std::set<std::string>> paths;
+    for (const StripeExtent& e : *extents) {
+      SCOPED_TRACE(absl::StrCat("layer ", e.layer, " expert ", e.expert));
+      EXPECT_TRUE((paths[{e.layer, e.expert}].insert(e.path).second));
+      const ByteSpan span = ckpt_->expert(e.layer, e.expert).spans[0];
+      EXPECT_EQ(e.offset, span.offset);
+      EXPECT_EQ(e.length, span.length);
+      EXPECT_EQ(e.at % 4096, e.offset % 4096);
+      std::vector<uint8_t> want(e.length), got(e.length);
+      ASSERT_TRUE(ckpt_->ReadSpan(span, want).ok());
+      auto file = io::RandomAccessFile::Open(e.path);
+      ASSERT_TRUE(file.ok());
+      ASSERT_TRUE((*file)->ReadAt(e.at, got).ok());
+      EXPECT_TRUE(want == got);
+      EXPECT_EQ(e.crc, Crc32c(0, want.data(), want.size()));
+    }
+    ASSERT_EQ(paths.size(), static_cast<size_t>((c.num_layers - 1) * c.num_experts));
+    for (const auto& [id, held] : paths) {
+      std::set<std::string> want;
+      for (int d : plan.DirsOf(id.first, id.second)) want.insert(DataFile(dirs[d]));
+      EXPECT_EQ(held, want) << "layer " << id.first << " expert " << id.second;
+    }
+    for (int d = 0; d < 3; ++d) {
+      const ojson m = ReadManifest(dirs[d]);
+      EXPECT_EQ(m["copies"], 2);
+      EXPECT_EQ(m["directories"], 3);
+    }
+    EXPECT_TRUE(VerifyStripes(*ckpt_, dirs).ok());
+    // A manifest from before copies were recorded reads as one copy.
+    EditManifest(dirs[0], [](ojson& j) { j.erase("copies"); });
+    EXPECT_TRUE(LoadStripes(*ckpt_, dirs).ok());
+  }
 }
 
 TEST_F(StripeTest, DirectoriesWithoutAManifestAreIgnored) {
