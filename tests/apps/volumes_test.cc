@@ -79,6 +79,27 @@ TEST_F(VolumesCliTest, CopiesOnThreeDrivesGiveTheSameTokensAndTheReportShowsEach
   EXPECT_EQ(report["settings"]["volumes"].size(), 2u);
 }
 
+TEST_F(VolumesCliTest, ASettingsFileMayNameTheVolumesAndTheCommandLineWins) {
+  {
+    std::ofstream f(dir_ / "s.json");
+    f << R"({"k3_settings": 1, "flags": {"volume": [")" << dir_ / "a"
+      << R"(@bw=4000MB/s", ")" << dir_ / "b"
+      << R"(@lat=1ms,bw=500MB/s"]}})";
+  }
+  auto devices = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--report-json", dir_ / "r.json"});
+    auto r = RunK3(Args(extra));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(dir_ / "r.json");
+    return nlohmann::json::parse(in)["devices"];
+  };
+  const auto both = devices({"--settings", dir_ / "s.json"});
+  ASSERT_THAT(both, SizeIs(3));
+  EXPECT_EQ(both[2]["profile"], "lat=1ms,bw=500MB/s");
+  EXPECT_THAT(devices({"--settings", dir_ / "s.json", "--volume", dir_ / "a" + "@bw=1GB/s"}),
+              SizeIs(2));
+}
+
 TEST_F(VolumesCliTest, ACopyFailingOrVanishingMidRunIsReadElsewhereWithOneWarning) {
   auto alone = RunK3(Args({}));
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
