@@ -76,7 +76,9 @@ absl::StatusOr<std::vector<Drive>> FindDrives(const Checkpoint& ckpt,
     d.spec = spec;
     dirs.emplace_back(std::move(d), *std::move(v));
   }
-  for (auto& [dir, volume] : dirs) {
+  for (auto& entry : dirs) {
+    DriveDir& dir = entry.first;
+    const io::Volume& volume = entry.second;
     std::string id = volume.dir;  // a drive of its own
     if (!volume.profile) {
       struct stat st {};
