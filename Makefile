@@ -27,8 +27,12 @@ ASAN_EXCLUDE ?= ^reference\.
 # interrupts) cover the same threads.
 TSAN_TESTS ?= io_tests pipeline_tests server_tests
 # The CacheSim* tests run the k3 binary (a single-threaded simulator): the TSan build compiles the
-# libraries and these test programs only, not the commands (K3_TESTS_BUILD_K3=OFF).
-TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.AResumed*:BatchTest.ACancelled*:*CacheSim*
+# libraries and these test programs only, not the commands (K3_TESTS_BUILD_K3=OFF). A 2,048-token
+# prompt (SplitPrefillChunkTest.ALongPrompt*) runs so long under TSan that the earlier side of
+# a TBB worker's read of the caller's stack (ordered by TBB's join, which TSan does not see) is
+# gone from its history ("failed to restore the stack", also at history_size=4) and matches no
+# suppression in tests/tsan.supp; the normal and ASan builds run it.
+TSAN_FILTER ?= -EngineTest.DeterminismGrid*:BatchTest.EverySequence*:BatchTest.AResumed*:BatchTest.ACancelled*:*CacheSim*:SplitPrefillChunkTest.ALongPrompt*
 # Under the sanitizers each GoogleTest program runs as this many shards (scripts/gtest-shards.sh),
 # JOBS processes at once: a TSan process slows as it runs on (the pipeline suite took 434 s in
 # one process, 80 s in two), and more shards than cores keep both cores busy to the end.
@@ -39,11 +43,7 @@ SAN_FIRST ?= serve_tests pipeline_tests
 FUZZ_CI_SECONDS ?= 10
 FUZZ_SECONDS ?= 60
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
-# history_size=4 (of 0-7; 2 by default): TSan keeps more of each thread's past accesses, so that
-# the earlier side of a report can be restored and matched against tests/tsan.supp (a TBB
-# worker's read of a caller's stack, ordered by TBB's join, which TSan does not see, was reported
-# with "failed to restore the stack" and so matched no suppression).
-export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$(CURDIR)/tests/tsan.supp
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp
 
 # Ninja (Debian's ninja-build, in the run set of scripts/setup-deps.sh) compiles a target's files
 # as soon as their own inputs exist, where the Makefiles' generator finishes one library before
