@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint/manifest_reader.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 
@@ -17,68 +18,7 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-// Typed fields of the manifest; every error starts with its path and the key's path.
-class StripeReader {
- public:
-  explicit StripeReader(std::string source) : source_(std::move(source)) {}
-
-  absl::Status Error(const std::string& where, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", where, ": ", what));
-  }
-
-  absl::StatusOr<const json*> Field(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto it = obj.find(key);
-    if (it == obj.end()) return Error(Key(where, key), "missing");
-    return &*it;
-  }
-
-  absl::StatusOr<uint64_t> U64(const json& obj, const char* key, const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_number_unsigned()) {
-      return Error(Key(where, key),
-                   absl::StrCat("must be a non-negative integer, not ", (*f)->dump()));
-    }
-    return (*f)->get<uint64_t>();
-  }
-
-  absl::StatusOr<std::string> String(const json& obj, const char* key,
-                                     const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_string() || (*f)->get<std::string>().empty()) {
-      return Error(Key(where, key), "must be a non-empty string");
-    }
-    return (*f)->get<std::string>();
-  }
-
-  // A file name without a directory part, so that a manifest names only files beside it.
-  absl::StatusOr<std::string> Basename(const json& obj, const char* key,
-                                       const std::string& where) const {
-    auto s = String(obj, key, where);
-    if (s.ok() && (s->find('/') != std::string::npos || *s == "." || *s == "..")) {
-      return Error(Key(where, key), absl::StrCat("\"", *s, "\" is not a plain file name"));
-    }
-    return s;
-  }
-
-  absl::StatusOr<const json*> Array(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (f.ok() && !(*f)->is_array()) return Error(Key(where, key), "must be an array");
-    return f;
-  }
-
-  static std::string Key(const std::string& where, const char* key) {
-    return where.empty() ? std::string(key) : absl::StrCat(where, ".", key);
-  }
-
- private:
-  std::string source_;
-};
-
-absl::Status ParseStripeHeader(const StripeReader& r, const json& root, StripeManifest& m) {
+absl::Status ParseStripeHeader(const ManifestReader& r, const json& root, StripeManifest& m) {
   auto format = r.String(root, "format", "");
   if (!format.ok()) return format.status();
   if (*format != kStripeFormat) {
@@ -136,7 +76,7 @@ absl::Status ParseStripeHeader(const StripeReader& r, const json& root, StripeMa
   return absl::OkStatus();
 }
 
-absl::Status ParseStripeFiles(const StripeReader& r, const json& root, StripeManifest& m) {
+absl::Status ParseStripeFiles(const ManifestReader& r, const json& root, StripeManifest& m) {
   auto files = r.Array(root, "files", "");
   if (!files.ok()) return files.status();
   std::set<std::string> seen;
@@ -154,7 +94,7 @@ absl::Status ParseStripeFiles(const StripeReader& r, const json& root, StripeMan
   return absl::OkStatus();
 }
 
-absl::StatusOr<StripeExtent> ParseStripeExtent(const StripeReader& r, const json& j,
+absl::StatusOr<StripeExtent> ParseStripeExtent(const ManifestReader& r, const json& j,
                                                const std::string& where) {
   if (!j.is_object()) return r.Error(where, "must be an object");
   StripeExtent e;
@@ -189,7 +129,7 @@ absl::StatusOr<StripeExtent> ParseStripeExtent(const StripeReader& r, const json
   return e;
 }
 
-absl::Status ParseStripeShards(const StripeReader& r, const json& root, StripeManifest& m) {
+absl::Status ParseStripeShards(const ManifestReader& r, const json& root, StripeManifest& m) {
   auto shards = r.Array(root, "shards", "");
   if (!shards.ok()) return shards.status();
   std::set<std::string> seen;
@@ -227,7 +167,7 @@ absl::Status ParseStripeShards(const StripeReader& r, const json& root, StripeMa
 
 // Every extent in a listed file, inside it and not overlapping another; each file as long as its
 // last extent's end. Then the extents' paths become the files' paths.
-absl::Status CheckStripeFiles(const StripeReader& r, StripeManifest& m) {
+absl::Status CheckStripeFiles(const ManifestReader& r, StripeManifest& m) {
   absl::flat_hash_map<std::string, size_t> file_index;
   for (size_t i = 0; i < m.files.size(); ++i) file_index[m.files[i].name] = i;
   std::vector<std::vector<const StripeExtent*>> in_file(m.files.size());
@@ -320,7 +260,7 @@ std::string StripeManifestText(const StripeManifest& m) {
 }
 
 absl::StatusOr<StripeManifest> ParseStripeManifest(std::string_view text, const std::string& path) {
-  StripeReader r(path);
+  ManifestReader r(path);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return r.Error("(top level)", "not valid JSON");
   if (!root.is_object()) return r.Error("(top level)", "must be a JSON object");

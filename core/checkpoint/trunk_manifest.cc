@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint/manifest_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace k3 {
@@ -55,57 +56,6 @@ ojson ManifestJson(const ModelConfig& config, const std::vector<PackedRun>& runs
 }
 
 // ---- Manifest parsing ---------------------------------------------------------------------
-
-// Reads typed fields; every error starts with the manifest's name and the key's path.
-class ManifestReader {
- public:
-  explicit ManifestReader(std::string source) : source_(std::move(source)) {}
-
-  absl::Status Error(const std::string& where, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", where, ": ", what));
-  }
-
-  absl::StatusOr<const json*> Field(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto it = obj.find(key);
-    if (it == obj.end()) return Error(Key(where, key), "missing");
-    return &*it;
-  }
-
-  absl::StatusOr<uint64_t> U64(const json& obj, const char* key, const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_number_unsigned()) {
-      return Error(Key(where, key),
-                   absl::StrCat("must be a non-negative integer, not ", (*f)->dump()));
-    }
-    return (*f)->get<uint64_t>();
-  }
-
-  absl::StatusOr<std::string> String(const json& obj, const char* key,
-                                     const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (!f.ok()) return f.status();
-    if (!(*f)->is_string() || (*f)->get<std::string>().empty()) {
-      return Error(Key(where, key), "must be a non-empty string");
-    }
-    return (*f)->get<std::string>();
-  }
-
-  absl::StatusOr<const json*> Array(const json& obj, const char* key,
-                                    const std::string& where) const {
-    auto f = Field(obj, key, where);
-    if (f.ok() && !(*f)->is_array()) return Error(Key(where, key), "must be an array");
-    return f;
-  }
-
-  static std::string Key(const std::string& where, const char* key) {
-    return where.empty() ? std::string(key) : absl::StrCat(where, ".", key);
-  }
-
- private:
-  std::string source_;
-};
 
 absl::StatusOr<DType> ParseDType(const std::string& name) {
   for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kU8}) {
