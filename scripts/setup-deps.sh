@@ -4,7 +4,8 @@
 #         libraries it links; nothing that only the tests, the benchmarks or the fuzzers use.
 #   test  the run set plus what `make test` uses: GoogleTest and Google Benchmark, clang and
 #         libFuzzer's runtime, ccache, the PyTorch reference, fio, the sshfs volume test's
-#         sshd and FUSE, Node.js with the npm packages the tests run.
+#         sshd and FUSE, chromium for the page's browser tests, Node.js with the npm packages
+#         the tests run.
 # Idempotent: when everything is present it only runs dpkg-query and returns in well under 5 s.
 # Usage: scripts/setup-deps.sh run|test [BUILD_DIR]   (npm packages go into BUILD_DIR/oracle)
 set -euo pipefail
@@ -27,6 +28,7 @@ test_packages=(
   # tests/apps/sshfs_volume_test.sh: a real network volume (the test runs its own sshd on
   # 127.0.0.1; where systemd runs, Debian's openssh-server also enables ssh.service on port 22)
   openssh-server openssh-client sshfs fuse3
+  chromium  # the page's browser tests (tests/browser), driven by playwright-core
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;
@@ -61,9 +63,11 @@ fi
 # tokenizer oracle (`tiktoken`, a WebAssembly build of the reference tokenizer) and the real
 # clients of k3 serve's tests (`openai`, the official OpenAI Node SDK, and `@anthropic-ai/sdk`,
 # Anthropic's TypeScript SDK for the Messages API) and `ajv`, the JSON-schema
-# validator that checks the tool calls and structured output those tests receive.
+# validator that checks the tool calls and structured output those tests receive; and
+# `playwright-core`, which drives Debian's chromium in the page's browser tests (it downloads no
+# browser of its own).
 oracle="$build_dir/oracle"
-for pkg in tiktoken@1 openai@4 ajv@8 @anthropic-ai/sdk@1; do
+for pkg in tiktoken@1 openai@4 ajv@8 @anthropic-ai/sdk@1 playwright-core@1; do
   name=${pkg%@*}
   if [[ ! -f "$oracle/node_modules/$name/package.json" ]]; then
     echo "setup: installing the npm package $name into $oracle"

@@ -14,6 +14,7 @@
 #include "apps/device_report.h"
 #include "apps/server/anthropic_request.h"
 #include "apps/server/http_internal.h"
+#include "apps/server/page_routes.h"
 #include "core/text/grammar/token_mask.h"
 #include "httplib.h"
 
@@ -128,7 +129,8 @@ void HttpServer::Routes() {
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health")
+    // The page is public: it asks for the key and sends it on the API calls.
+    if (options_.api_key.empty() || req.path == "/health" || IsPagePath(req.path))
       return httplib::Server::HandlerResponse::Unhandled;
     // Anthropic's clients send the key as x-api-key.
     const std::string want = "Bearer " + options_.api_key;
@@ -216,6 +218,10 @@ void HttpServer::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), "text/plain; version=0.0.4");
   });
+  AddPageRoutes(s, {.model_id = options_.model_id,
+                    .api_key_required = !options_.api_key.empty(),
+                    .context = service_.max_context(),
+                    .max_tokens_default = options_.default_max_tokens});
 }
 
 std::string HttpServer::Metrics() const {
