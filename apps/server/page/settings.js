@@ -21,11 +21,13 @@ export function initSettings(info) {
   $('set-max-tokens').placeholder = `${info.max_tokens_default ?? ''} (server default)`;
   for (const [name, [id, prop]] of Object.entries(fields)) {
     $(id)[prop] = settings[name] === 0 ? '' : settings[name];
-    $(id).addEventListener('change', () => {
+    const update = () => {
       settings[name] = $(id)[prop];
       saveSettings(settings);
       check();
-    });
+    };
+    $(id).addEventListener('input', update);
+    $(id).addEventListener('change', update);
   }
   $('settings-toggle').addEventListener('click', () => {
     $('settings').hidden = !$('settings').hidden;
