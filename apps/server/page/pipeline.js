@@ -44,9 +44,11 @@ function showPlan(plan) {
   const rows = [['model', plan.model], ['layers', plan.layers],
     ['MoE layers', plan.moe_layers?.length ?? ''],
     ['experts', `${plan.experts_per_token} of ${plan.experts_per_layer} a token`],
-    ['batch', plan.max_batch], ['context', plan.context]];
+    ['batch', plan.max_batch], ['context', plan.context], ['prompt chunk', plan.prefill_chunk]];
   for (const [k, v] of Object.entries(plan.memory || {})) {
-    rows.push([k, typeof v === 'number' ? bytes(v) : JSON.stringify(v)]);
+    // Sizes end in _bytes; the rest are counts or words.
+    if (k.endsWith('_bytes')) rows.push([k.slice(0, -6).replaceAll('_', ' '), bytes(v)]);
+    else rows.push([k.replaceAll('_', ' '), String(v)]);
   }
   for (const d of plan.drives || []) rows.push([`drive ${d.name}`, d.path]);
   fill('pl-plan', rows);
