@@ -48,6 +48,13 @@ function serve(k3, dir, args) {
   const child = spawn(k3, ["serve", "--port", "0", ...args], {
     stdio: ["ignore", "ignore", err],
   });
+  // Interrupted (ctest's timeout, Ctrl-C): the server goes with the test.
+  for (const signal of ["SIGTERM", "SIGINT"]) {
+    process.once(signal, () => {
+      child.kill("SIGTERM");
+      process.exit(1);
+    });
+  }
   const stop = () =>
     new Promise((resolve) => {
       if (child.exitCode !== null) return resolve(child.exitCode);

@@ -59,7 +59,9 @@ function sparkline(points, key, max, className) {
   const w = 300;
   const h = 40;
   const now = performance.now();
-  const line = svg('svg', { viewBox: `0 0 ${w} ${h}`, class: `spark ${className}` });
+  const line = svg('svg', {
+    viewBox: `0 0 ${w} ${h}`, preserveAspectRatio: 'none', class: `spark ${className}`,
+  });
   const xy = points.map((p) => {
     const x = w - ((now - p.t) / HISTORY_MS) * w;
     const y = h - (max > 0 ? (p[key] / max) * (h - 2) : 0) - 1;
@@ -87,6 +89,7 @@ function showDrives(step) {
     row.append(el('div', 'drive-name', name),
       el('div', 'drive-figure', `${bytes(last.rate)}/s`), sparkline(list, 'rate', peak, 'rate'),
       el('div', 'drive-figure', `busy ${percent(last.busy)}`), sparkline(list, 'busy', 1, 'busy'));
+    row.title = `peak ${bytes(peak)}/s`;
     rows.push(row);
   }
   $('pl-drives').replaceChildren(...rows);
@@ -109,6 +112,7 @@ function timeline(layer, span) {
 
 function showLayers(layers) {
   const span = Math.max(1, ...layers.flatMap((l) => [l.bytes_last_ms || 0, l.compute_end_ms || 0]));
+  $('pl-span').textContent = `${span.toFixed(0)} ms`;
   const rows = layers.map((l) => {
     const tr = el('tr');
     for (const v of [l.layer, l.asked, l.cached, l.read, l.prefetched]) tr.append(el('td', '', v));
