@@ -31,22 +31,24 @@ function tempDir() {
   return fs.mkdtempSync(path.join(os.tmpdir(), "k3-page-test-"));
 }
 
-// `k3 synth --preset demo`: the demo model of `k3 generate` without --model.
+// `k3 synth --preset demo` into DIR/demo: the demo model of `k3 generate` without --model.
+// Its path relative to DIR, where the server runs (the page shows the path; the screenshots
+// say "demo").
 function synthDemo(k3, dir) {
-  const out = path.join(dir, "demo");
-  const r = spawnSync(k3, ["synth", "--preset", "demo", "--out", out, "--quiet"], {
-    encoding: "utf8",
+  const r = spawnSync(k3, ["synth", "--preset", "demo", "--out", "demo", "--quiet"], {
+    encoding: "utf8", cwd: dir,
   });
   if (r.status !== 0) throw new Error(`k3 synth failed: ${r.stderr}`);
-  return out;
+  return "demo";
 }
 
-// `k3 serve --port 0 ARGS`; resolves with {url, stop, log} once it prints where it listens.
+// `k3 serve --port 0 ARGS` in DIR; resolves with {url, stop, log} once it prints where it
+// listens.
 function serve(k3, dir, args) {
   const log = path.join(dir, `serve-${Date.now()}.err`);
   const err = fs.openSync(log, "w");
   const child = spawn(k3, ["serve", "--port", "0", ...args], {
-    stdio: ["ignore", "ignore", err],
+    stdio: ["ignore", "ignore", err], cwd: dir,
   });
   // Interrupted (ctest's timeout, Ctrl-C): the server goes with the test.
   for (const signal of ["SIGTERM", "SIGINT"]) {

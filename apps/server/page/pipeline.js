@@ -54,16 +54,17 @@ function showPlan(plan) {
   fill('pl-plan', rows);
 }
 
-// A sparkline of `values` (0..max) over the last HISTORY_MS.
+// A sparkline of points[i][key] (0..max) from the first point (at most HISTORY_MS ago) to now.
 function sparkline(points, key, max, className) {
   const w = 300;
   const h = 40;
   const now = performance.now();
+  const span = Math.max(1000, now - points[0].t);
   const line = svg('svg', {
     viewBox: `0 0 ${w} ${h}`, preserveAspectRatio: 'none', class: `spark ${className}`,
   });
   const xy = points.map((p) => {
-    const x = w - ((now - p.t) / HISTORY_MS) * w;
+    const x = w - ((now - p.t) / span) * w;
     const y = h - (max > 0 ? (p[key] / max) * (h - 2) : 0) - 1;
     return `${x.toFixed(1)},${y.toFixed(1)}`;
   });

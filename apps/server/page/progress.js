@@ -29,5 +29,8 @@ export function showProgress(p) {
 }
 
 export function hideProgress() {
-  $('progress').hidden = true;
+  const box = $('progress');
+  box.hidden = true;
+  delete box.dataset.processed;
+  delete box.dataset.total;
 }
