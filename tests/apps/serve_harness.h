@@ -199,6 +199,21 @@ inline int SynthServeModel(const std::string& dir, int layers = 2) {
   return LinkK3Model(dir, args) ? 0 : 1;
 }
 
+// A suite whose tests serve a two-layer demo model, made once (SynthServeModel): model().
+class ServeModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    ASSERT_EQ(SynthServeModel(model()), 0);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string model() { return *dir_ / "m"; }
+  static inline TempDir* dir_ = nullptr;
+};
+
 // `k3 generate` of the same ids alone: its generated ids.
 inline json GenerateAlone(const std::string& model, const json& prompt_ids, int n,
                           const std::vector<std::string>& sampling) {

@@ -24,16 +24,7 @@ constexpr char kPolicy[] =
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
     "frame-ancestors 'none'\r\n";
 
-class ServePageTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir;
-    ASSERT_EQ(testing::SynthServeModel(model()), 0);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string model() { return *dir_ / "m"; }
-  static inline testing::TempDir* dir_ = nullptr;
-};
+using ServePageTest = testing::ServeModelSuite;
 
 std::string TypeOf(const std::string& name) {
   if (name.ends_with(".html")) return "text/html; charset=utf-8";
