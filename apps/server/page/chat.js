@@ -180,6 +180,8 @@ function apiMessages() {
   if (systemPrompt()) out.push({ role: 'system', content: systemPrompt() });
   for (const m of conv.messages) {
     if (m.role === 'assistant') {
+      // An answer stopped before its first word says nothing to the model.
+      if (!m.content && !m.tool_calls?.length) continue;
       const a = { role: 'assistant', content: m.content || '' };
       if (m.tool_calls?.length) {
         a.tool_calls = m.tool_calls.map((c) => ({
@@ -295,8 +297,13 @@ async function run() {
       frame ||= requestAnimationFrame(draw);
     });
   } catch (e) {
-    if (e.name === 'AbortError') m.stats.stopped = true;
-    else showError(e.message);
+    if (e.name === 'AbortError') {
+      m.stats.stopped = true;
+    } else {
+      showError(e.message);
+      // A request refused or failed before any output leaves no empty answer behind.
+      if (first === null) conv.messages.pop();
+    }
   }
   cancelAnimationFrame(frame);
   if (first !== null) {
