@@ -1,4 +1,4 @@
-// k3 serve's own page (issue 48): GET / the chat, GET /pipeline the engine live, GET
+// k3 serve's own page: GET / the chat, GET /pipeline the engine live, GET
 // /assets/NAME their scripts and styles, and GET /k3/info what the page needs to know of the
 // server. All public (the page asks the user for the API key and sends it on the API calls);
 // every answer carries a Content-Security-Policy that lets the page run only its own files.

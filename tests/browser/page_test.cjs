@@ -1,10 +1,11 @@
 #!/usr/bin/env node
-// k3 serve's page (issue 48) in Debian's chromium, driven by playwright-core, against `k3 serve`
+// k3 serve's page in Debian's chromium, driven by playwright-core, against `k3 serve`
 // on the demo model: a message streams in and renders, the reasoning folds, edit, regenerate
 // and the conversation kept across a reload, a tool call and its result, stop in the middle
 // of a prompt (the server frees the sequence: k3_cancel_layers_max <= 1), the progress bar on
 // a prompt of thousands of tokens, the pipeline view's figures during a request, markup in a
-// reply shown as text (a canned stream), the API key asked for, and no console errors.
+// reply shown as text (a canned stream), a refused request's message, the API key asked for,
+// and no console errors.
 // Every wait is for a condition; the timeouts only bound a hang.
 //
 //   node page_test.cjs <oracle dir> <out dir for screenshots>     (K3_BIN: the k3 binary)
@@ -267,6 +268,22 @@ async function markupAsText(browser, server) {
   await context.close();
 }
 
+// A request the server refuses: its message shown, no empty answer left. (The browser logs the
+// 400 as a console error itself: this page is not watched.)
+async function refusedRequest(browser, server) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.url);
+  await page.waitForSelector("body[data-ready='1']", WAIT);
+  await settings(page, { "set-temperature": "5" });
+  await send(page, "hi");
+  await idle(page);
+  assert.match(await page.locator("#error").textContent(), /^400: .*temperature/);
+  assert.equal(await page.locator("#messages .message").count(), 1);
+  assert.equal(await page.locator(".message.assistant").count(), 0);
+  await context.close();
+}
+
 async function apiKey(browser, k3, dir, model) {
   const server = await serve(k3, dir, ["-m", model, "--prompt-cache", "none",
     "--api-key", "page-test-key"]);
@@ -320,6 +337,7 @@ async function main() {
     await check("the progress bar advances", () => progressBar(page));
     await check("the pipeline view's figures change", () => pipelineView(context, page, server));
     await check("markup in a reply is text", () => markupAsText(browser, server));
+    await check("a refused request shows why", () => refusedRequest(browser, server));
     await check("the page asks for the API key", () => apiKey(browser, k3, dir, model));
     await check("no console errors", () => assert.deepEqual(errors, []));
   } finally {
