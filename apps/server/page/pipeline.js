@@ -10,6 +10,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 const HISTORY_MS = 5 * 60 * 1000;
 
 let source = null;
+let retry = 0;
 let history = new Map(); // drive name -> [{t, rate, busy}]
 let steps = 0;
 
@@ -171,11 +172,19 @@ export function startPipeline() {
     $('pl-status').textContent = `idle · ${steps} updates`;
   });
   source.addEventListener('error', () => {
-    $('pl-status').textContent = 'reconnecting…';
+    if (source.readyState !== EventSource.CLOSED) {
+      $('pl-status').textContent = 'reconnecting…';
+      return;
+    }
+    // Refused (the server takes a few listeners at once) or gone: try again in a while.
+    stopPipeline();
+    $('pl-status').textContent = 'not connected; trying again in 5 s';
+    retry = setTimeout(startPipeline, 5000);
   });
 }
 
 export function stopPipeline() {
+  clearTimeout(retry);
   source?.close();
   source = null;
 }
