@@ -107,7 +107,7 @@ async function editRegenerateAndStorage(page) {
   const answer = lastAssistant(page);
   assert.ok((await answer.locator(".content").textContent()).length > 0, "no answer text");
   assert.match(await answer.locator(".stats").textContent(),
-    /^prompt \d+ tokens · \d+ cached · first token [\d.]+ s · 48 tokens · [\d.]+ tokens\/s/);
+    /^prompt \d+ tokens · \d+ cached · first token [\d.]+ s · 48 tokens · [\d.]+ tokens\/s · context [\d.]+% of 16384/);
   await page.locator(".message.user").last().locator("button.edit").click();
   await page.fill(".message.user textarea.edit", "Hello again, edited");
   await page.locator(".edit-form button.save").click();

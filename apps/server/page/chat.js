@@ -234,7 +234,7 @@ function showError(text) {
 
 async function run() {
   showError('');
-  const m = { role: 'assistant', content: '', stats: {} };
+  const m = { role: 'assistant', content: '', stats: { context: info.context } };
   conv.messages.push(m);
   save();
   render();

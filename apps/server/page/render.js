@@ -54,6 +54,10 @@ function stats(s) {
   if (s.ttftMs !== undefined) parts.push(`first token ${(s.ttftMs / 1000).toFixed(2)} s`);
   if (s.completionTokens !== undefined) parts.push(`${s.completionTokens} tokens`);
   if (s.tokensPerSecond !== undefined) parts.push(`${s.tokensPerSecond.toFixed(1)} tokens/s`);
+  if (s.context > 0 && s.promptTokens !== undefined) {
+    const used = s.promptTokens + (s.completionTokens || 0);
+    parts.push(`context ${((100 * used) / s.context).toFixed(1)}% of ${s.context}`);
+  }
   if (s.stopped) parts.push('stopped');
   if (s.finish) parts.push(s.finish);
   return parts.join(' · ');
