@@ -249,7 +249,12 @@ ABSL_FLAG(bool, measure, false,
           "written there and deleted (what happens without --weights).");
 ABSL_FLAG(int32_t, copies, 1,
           "k3 stripe: write each routed expert to this many distinct --out directories (1 to "
-          "their count), so that a layer's reads can be balanced over the drives.");
+          "their count), so that a layer's reads can be balanced over the drives (layout "
+          "experts).");
+ABSL_FLAG(std::string, layout, "",
+          "k3 stripe: slices (each expert cut into one piece per --out directory, sized by its "
+          "weight: every read keeps every drive busy) or experts (whole experts dealt over the "
+          "directories; with --copies). Default: slices, or experts with --copies > 1.");
 
 namespace k3::cli {
 namespace {
@@ -352,6 +357,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_verify_only), kPack | kStripe},
       {F(FLAGS_measure), kStripe},
       {F(FLAGS_copies), kStripe},
+      {F(FLAGS_layout), kStripe},
   };
   return kTable;
 }

@@ -101,6 +101,7 @@ ABSL_DECLARE_FLAG(std::string, codec);
 ABSL_DECLARE_FLAG(bool, verify_only);
 ABSL_DECLARE_FLAG(bool, measure);
 ABSL_DECLARE_FLAG(int32_t, copies);
+ABSL_DECLARE_FLAG(std::string, layout);
 
 namespace k3::cli {
 
