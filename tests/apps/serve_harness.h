@@ -27,7 +27,8 @@ namespace k3::testing {
 using json = nlohmann::json;
 
 // `k3 serve --port 0 ARGS` in the background, stderr to a file; the port from its
-// "listening on" line. Stop() sends SIGTERM and returns the exit code.
+// "listening on" line. Stop() sends SIGTERM and returns the exit code (Signal and Wait apart,
+// to watch it drain).
 class ServeProcess {
  public:
   explicit ServeProcess(std::vector<std::string> args) {
@@ -69,8 +70,15 @@ class ServeProcess {
   }
 
   int Stop() {
+    Signal(SIGTERM);
+    return Wait();
+  }
+  void Signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Until the server exits: its exit code (128 + the signal that killed it).
+  int Wait() {
     if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
