@@ -126,14 +126,18 @@ inline HttpResult PostJson(const ServeProcess& s, const std::string& path, const
   return Curl(s.url(path), args);
 }
 
-// The value of one sample of /metrics ("name{labels}"), or -1 when it is absent.
-inline double Metric(const ServeProcess& s, const std::string& sample) {
-  const std::string text = Curl(s.url("/metrics")).body;
+// The value of one sample ("name{labels}") in the text of /metrics, or -1 when it is absent.
+inline double MetricIn(const std::string& text, const std::string& sample) {
   const std::string key = sample + " ";
   for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
     if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + key.size()));
   }
   return -1;
+}
+
+// The same, scraped from the server now.
+inline double Metric(const ServeProcess& s, const std::string& sample) {
+  return MetricIn(Curl(s.url("/metrics")).body, sample);
 }
 
 // Polls /metrics until `sample` reaches `value` (a minute at most, for a loaded machine).
