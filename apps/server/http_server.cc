@@ -129,7 +129,8 @@ void HttpServer::Routes() {
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health")
+    // The probes and the gateway's scrapes carry no key (vLLM leaves /metrics open too).
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/metrics")
       return httplib::Server::HandlerResponse::Unhandled;
     // Anthropic's clients send the key as x-api-key.
     const std::string want = "Bearer " + options_.api_key;
