@@ -54,36 +54,6 @@ std::optional<Gauges> ScrapeUntil(const ServeProcess& server,
   return std::nullopt;
 }
 
-// Streaming completions by curl in the background, each into its own file.
-class Streams {
- public:
-  ~Streams() { Kill(); }
-  void Start(const ServeProcess& server, const json& body) {
-    const std::string out = io_ / std::to_string(count_++);
-    const std::string cmd = "curl -sN -H 'Content-Type: application/json' --data-binary " +
-                            testing::ShellQuote(body.dump()) + " " + server.url("/v1/completions") +
-                            " > " + out + " 2>&1 & echo $! >> " + io_ / "pids";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-  }
-  std::string Output(int i) const { return testing::ReadAll(io_ / std::to_string(i)); }
-  // Until every curl has ended (a minute at most): whether they did.
-  bool WaitAll() const {
-    const std::string wait = "for i in $(seq 1200); do alive=0; for p in $(cat " + io_ / "pids" +
-                             "); do kill -0 $p 2>/dev/null && alive=1; done; "
-                             "[ $alive = 0 ] && exit 0; sleep 0.05; done; exit 1";
-    return std::system(wait.c_str()) == 0;
-  }
-  void Kill() {
-    if (count_ == 0) return;
-    std::system(("kill $(cat " + io_ / "pids" + ") 2>/dev/null").c_str());
-    count_ = 0;
-  }
-
- private:
-  testing::TempDir io_;
-  int count_ = 0;
-};
-
 class ServeGatewayTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -119,7 +89,7 @@ TEST_F(ServeGatewayTest, TheGaugesFollowTheQueueTheBatchAndItsStates) {
   EXPECT_EQ(idle.usage, 0);
   EXPECT_GT(idle.capacity_bytes, 0);
 
-  Streams streams;
+  testing::Streams streams;
   streams.Start(server, kEndless);
   const std::optional<Gauges> one =
       ScrapeUntil(server, [](const Gauges& g) { return g.running == 1; });
@@ -170,7 +140,7 @@ TEST_F(ServeGatewayTest, SigtermDrainsHealthAnswers503AndTheRequestsInFlightFini
   EXPECT_EQ(json::parse(ready.body)["status"], "ok");
   const json finite = {
       {"prompt", "drain"}, {"max_tokens", 1500}, {"stream", true}, {"ignore_eos", true}};
-  Streams streams;
+  testing::Streams streams;
   streams.Start(server, finite);
   streams.Start(server, finite);
   ASSERT_TRUE(ScrapeUntil(server, [](const Gauges& g) {
@@ -207,7 +177,7 @@ TEST_F(ServeGatewayTest, SigtermDrainsHealthAnswers503AndTheRequestsInFlightFini
 // stream gets an error event), and the server still exits 0.
 TEST_F(ServeGatewayTest, WhatStillRunsWhenTheDrainIsUpEndsWithAnErrorEvent) {
   ServeProcess server({"-m", model(), "--batch", "1", "--drain-seconds", "1"});
-  Streams streams;
+  testing::Streams streams;
   streams.Start(server, kEndless);
   ASSERT_TRUE(ScrapeUntil(server, [](const Gauges& g) { return g.running == 1; }).has_value());
   EXPECT_EQ(server.Stop(), 0) << server.log();

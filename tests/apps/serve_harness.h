@@ -149,6 +149,37 @@ inline bool WaitForMetric(const ServeProcess& s, const std::string& sample, doub
   return false;
 }
 
+// Streaming completions by curl in the background, each into its own file.
+class Streams {
+ public:
+  ~Streams() { Kill(); }
+  void Start(const ServeProcess& server, const json& body) {
+    const std::string out = io_ / std::to_string(count_++);
+    const std::string cmd = "curl -sN -H 'Content-Type: application/json' --data-binary " +
+                            testing::ShellQuote(body.dump()) + " " + server.url("/v1/completions") +
+                            " > " + out + " 2>&1 & echo $! >> " + io_ / "pids";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  std::string Output(int i) const { return testing::ReadAll(io_ / std::to_string(i)); }
+  // Until every curl has ended (a minute at most): whether they did.
+  bool WaitAll() const {
+    const std::string wait = "for i in $(seq 1200); do alive=0; for p in $(cat " + io_ / "pids" +
+                             "); do kill -0 $p 2>/dev/null && alive=1; done; "
+                             "[ $alive = 0 ] && exit 0; sleep 0.05; done; exit 1";
+    return std::system(wait.c_str()) == 0;
+  }
+  // Ends the curls started so far (their clients gone, as a disconnect).
+  void Kill() {
+    if (count_ == 0) return;
+    const std::string pids = io_ / "pids";
+    std::system(("kill $(cat " + pids + ") 2>/dev/null; : > " + pids).c_str());
+  }
+
+ private:
+  testing::TempDir io_;
+  int count_ = 0;
+};
+
 // Runs requests through a client script (tests/apps/*.cjs) of the npm `packages`, all at once,
 // against `base_url`; one result each.
 inline json NodeScript(const std::string& script_name, const std::vector<std::string>& packages,
