@@ -155,12 +155,8 @@ TEST(DeployTest, TheProbesAndThePickersMetricsHoldAgainstTheServer) {
       server, {{"prompt", "hold"}, {"max_tokens", 100000}, {"stream", true}, {"ignore_eos", true}});
   ASSERT_TRUE(testing::WaitForMetric(server, "vllm:num_requests_running", 1));
   server.Signal(SIGTERM);
-  int ready = 200;
-  for (int i = 0; i < 1200 && ready != 503; ++i) {
-    ready = testing::Curl(server.url(r["readiness"]["path"].get<std::string>())).status;
-    if (ready != 503) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(ready, 503) << server.log();
+  EXPECT_TRUE(testing::WaitForStatus(server, r["readiness"]["path"].get<std::string>(), 503))
+      << server.log();
   EXPECT_EQ(testing::Curl(server.url(r["liveness"]["path"].get<std::string>())).status, 200);
   streams.Kill();  // its client gone, the drain ends at once
   EXPECT_EQ(server.Wait(), 0) << server.log();

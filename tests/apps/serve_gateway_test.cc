@@ -148,13 +148,8 @@ TEST_F(ServeGatewayTest, SigtermDrainsHealthAnswers503AndTheRequestsInFlightFini
               }).has_value());
 
   server.Signal(SIGTERM);
-  testing::HttpResult health;
-  for (int i = 0; i < 1200 && health.status != 503; ++i) {
-    health = testing::Curl(server.url("/health"));
-    if (health.status != 503) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(health.status, 503) << server.log();
-  EXPECT_EQ(json::parse(health.body)["status"], "draining");
+  ASSERT_TRUE(testing::WaitForStatus(server, "/health", 503)) << server.log();
+  EXPECT_EQ(json::parse(testing::Curl(server.url("/health")).body)["status"], "draining");
   EXPECT_EQ(testing::Metric(server, "k3_draining"), 1);
   const testing::HttpResult refused =
       testing::PostJson(server, "/v1/completions", R"({"prompt": "late", "max_tokens": 2})");

@@ -149,6 +149,15 @@ inline bool WaitForMetric(const ServeProcess& s, const std::string& sample, doub
   return false;
 }
 
+// Polls GET `path` until it answers `status` (a minute at most, for a loaded machine).
+inline bool WaitForStatus(const ServeProcess& s, const std::string& path, int status) {
+  for (int i = 0; i < 1200; ++i) {
+    if (Curl(s.url(path)).status == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 // Streaming completions by curl in the background, each into its own file.
 class Streams {
  public:
