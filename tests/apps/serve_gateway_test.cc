@@ -164,7 +164,8 @@ TEST_F(ServeGatewayTest, SigtermDrainsHealthAnswers503AndTheRequestsInFlightFini
     EXPECT_THAT(out, HasSubstr("data: [DONE]")) << i;
     EXPECT_THAT(out, Not(HasSubstr("unavailable"))) << i;
   }
-  EXPECT_THAT(server.log(), HasSubstr("draining: 2 requests in flight"));
+  // Both, unless the first had finished before the signal: then the second alone.
+  EXPECT_THAT(server.log(), ::testing::ContainsRegex("draining: [12] requests in flight"));
   EXPECT_THAT(server.log(), HasSubstr("drained, stopping"));
 }
 
