@@ -159,6 +159,9 @@ ABSL_FLAG(double, max_body_mb, 8, "larger request bodies get 413.");
 ABSL_FLAG(std::string, model_id, "",
           "the model name /v1/models lists and answers carry (default: the model "
           "directory's name).");
+ABSL_FLAG(double, drain_seconds, 30,
+          "on SIGTERM, stop taking requests (503) and let those in flight finish for up to "
+          "this many seconds before ending them (0: end them at once).");
 
 // What the commands write.
 ABSL_FLAG(std::string, out, "",
@@ -326,6 +329,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_saved_states), kServe},
       {F(FLAGS_max_body_mb), kServe},
       {F(FLAGS_model_id), kServe},
+      {F(FLAGS_drain_seconds), kServe},
       {F(FLAGS_out), kSynth | kPack | kStripe | kGenerate | kTune},
       {F(FLAGS_report_json), kSamples | kBench | kCacheSim | kDoctor},
       {F(FLAGS_out_csv), kBench},
