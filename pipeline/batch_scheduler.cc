@@ -170,11 +170,13 @@ void BatchScheduler::EndCancelled() {
 // Decode rows first, then prompt chunks in the order the prompts joined, up to the share.
 std::vector<BatchScheduler::Row> BatchScheduler::PlanRows() {
   std::vector<Row> rows;
+  totals_.last_decode_tokens = totals_.last_prefill_tokens = 0;
   for (Live& seq : live_) {
     if (!seq.decoding()) continue;
     rows.push_back({.seq = &seq});
-    ++totals_.decode_tokens;
+    ++totals_.last_decode_tokens;
   }
+  totals_.decode_tokens += totals_.last_decode_tokens;
   auto share = static_cast<size_t>(prefill_tokens_per_step_);
   for (Live& seq : live_) {
     if (share == 0) break;
@@ -182,8 +184,9 @@ std::vector<BatchScheduler::Row> BatchScheduler::PlanRows() {
     const size_t chunk = std::min(share, seq.ChunkRoom());
     share -= chunk;
     rows.push_back({.seq = &seq, .prompt_tokens = chunk});
-    totals_.prefill_tokens += static_cast<int64_t>(chunk);
+    totals_.last_prefill_tokens += static_cast<int64_t>(chunk);
   }
+  totals_.prefill_tokens += totals_.last_prefill_tokens;
   return rows;
 }
 
@@ -197,6 +200,9 @@ void BatchScheduler::Advance(const Row& row, std::span<float> logits, double now
   }
   seq.prefilled += row.prompt_tokens;
   const size_t index = seq.result.index;
+  if (row.prompt_tokens > 0 && events_.on_prompt_chunk) {
+    events_.on_prompt_chunk(index, seq.prefilled, now - seq.result.admitted_at);
+  }
   if (!seq.decoding()) {  // more of its prompt to run
     if (events_.on_prompt_state && seq.at_snapshot()) events_.on_prompt_state(index, seq.state);
     return;
@@ -244,6 +250,7 @@ absl::Status BatchScheduler::Step() {
   StepMetrics step;
   const absl::Status status = engine_.Step(segments, logits_, &step);
   totals_.steps.Add(step);
+  totals_.last_step = step;
   if (!status.ok()) return status;
   ++totals_.step_count;
   totals_.max_live = std::max(totals_.max_live, static_cast<int>(live_.size()));

@@ -92,6 +92,9 @@ struct BatchTotals {
   int64_t sampled_tokens = 0;
   double seconds = 0;
   int max_live = 0;  // the most sequences live in one step
+  // The last step alone: its figures and rows.
+  StepMetrics last_step;
+  int64_t last_decode_tokens = 0, last_prefill_tokens = 0;
 };
 
 // What a scheduler tells its caller as it goes; any of them may be left empty. `index` is the
@@ -109,6 +112,10 @@ struct BatchEvents {
   std::function<bool()> stop;
   // The state at the end of a prompt (with keep_prompt_state) and at its snapshot_at positions.
   std::function<void(size_t index, const SequenceState& state)> on_prompt_state;
+  // After each chunk of a prompt: how many of the request's prompt tokens have run (its resume
+  // state's not counted), and the seconds since it joined the batch. The last chunk's comes
+  // before anything is sampled.
+  std::function<void(size_t index, size_t prompt_run, double seconds)> on_prompt_chunk;
   // The logits of a prompt's last token, before anything is sampled from them (also when the
   // sequence samples nothing: max_tokens 0).
   std::function<void(size_t index, std::span<const float> logits, const StepMetrics& steps)>

@@ -12,10 +12,14 @@ class BusyClock {
   void Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (active_++ == 0) since_ = Clock::now();
+    if (first_ == Clock::time_point{}) first_ = since_;
   }
   void Stop() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (--active_ == 0) busy_ += Clock::now() - since_;
+    if (--active_ == 0) {
+      last_ = Clock::now();
+      busy_ += last_ - since_;
+    }
   }
   // Busy seconds so far, the current busy stretch included.
   double seconds() const {
@@ -24,12 +28,21 @@ class BusyClock {
     if (active_ > 0) total += Clock::now() - since_;
     return std::chrono::duration<double>(total).count();
   }
+  using Clock = std::chrono::steady_clock;
+  // When the first busy stretch began and the last one ended (the epoch: none yet).
+  Clock::time_point first_start() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_;
+  }
+  Clock::time_point last_stop() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
 
  private:
-  using Clock = std::chrono::steady_clock;
   mutable std::mutex mu_;
   int active_ = 0;
-  Clock::time_point since_;
+  Clock::time_point since_, first_, last_;
   Clock::duration busy_{};
 };
 

@@ -75,6 +75,7 @@ struct Engine::Parts {
   // Runs `forward` and adds its figures (time, bytes, stalls, disk busy) to `metrics`.
   template <typename Fn>
   absl::Status Measured(size_t tokens, StepMetrics* metrics, Fn forward) {
+    provider->BeginStep();
     const auto t0 = Clock::now();
     const double busy0 = disk.seconds();
     absl::Status s = forward();
@@ -136,6 +137,8 @@ std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
 }
 
 std::vector<io::DeviceReport> Engine::devices() const { return parts_->reads->devices(); }
+
+void Engine::StepLayers(std::vector<LayerFigures>& out) const { parts_->provider->StepLayers(out); }
 
 void Engine::StartReadLog() { parts_->reads->StartLog(); }
 

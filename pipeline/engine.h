@@ -126,6 +126,9 @@ class Engine {
                     StepMetrics* metrics = nullptr);
 
   std::vector<PrefetchAccuracy> prefetch_accuracy() const;
+  // The MoE layers of the last call (Step, Forward, Decode; Prefill's last chunk): their
+  // experts and timeline (LayerFigures), in layer order, into `out` (its storage reused).
+  void StepLayers(std::vector<LayerFigures>& out) const;
   // Each drive read from (one with no volumes): its directories, profile, bytes, busy time and
   // the rate reads are routed by, so far.
   std::vector<io::DeviceReport> devices() const;

@@ -35,6 +35,7 @@ StreamingExpertProvider::StreamingExpertProvider(const Checkpoint& ckpt, const T
       disk_(disk),
       options_(options) {
   for (int d = 1; d <= options_.prefetch_distance; ++d) accuracy_.push_back({.distance = d});
+  layers_.resize(static_cast<size_t>(ckpt_.config().num_layers));
 }
 
 StreamingExpertProvider::~StreamingExpertProvider() {
@@ -106,6 +107,7 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
   Gateway* gateway = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    NoteArrival(key.layer);
     auto it = pending_.find(key);
     Pending& p = it->second;
     if (p.prefetch) prefetch_bytes_in_flight_ -= ExpertBytes();
@@ -167,10 +169,15 @@ void StreamingExpertProvider::OnRead(const ExpertKey& key, io::ReadResult result
 // Returns false when the caller must ask the cache again (a fill finished in between).
 bool StreamingExpertProvider::DemandLocked(size_t i, const CacheGrant& grant) {
   Want& w = wants_[i];
+  LayerFigures& figures = layers_[w.key.layer];
   switch (grant.outcome) {
     case CacheOutcome::kHit:
       ++metrics_.cache_hits;
-      if (prefetched_unused_.erase(w.key) > 0) metrics_.expert_prefetch_used_bytes += ExpertBytes();
+      ++figures.cached;
+      if (prefetched_unused_.erase(w.key) > 0) {
+        metrics_.expert_prefetch_used_bytes += ExpertBytes();
+        ++figures.prefetched;
+      }
       w.state = WantState::kReady;
       w.bytes = InSlot(w.key, grant.bytes);
       return true;
@@ -178,9 +185,11 @@ bool StreamingExpertProvider::DemandLocked(size_t i, const CacheGrant& grant) {
       auto it = pending_.find(w.key);
       if (it == pending_.end() || !cache_.Pin(w.key).ok()) return false;
       Pending& p = it->second;
+      ++figures.cached;
       if (p.prefetch && !p.demanded) {
         ++metrics_.cache_hits;  // no demand read: the guess was already on its way
         metrics_.expert_prefetch_used_bytes += ExpertBytes();
+        ++figures.prefetched;
       }
       p.demanded = true;
       p.waiters.push_back(i);
@@ -188,6 +197,7 @@ bool StreamingExpertProvider::DemandLocked(size_t i, const CacheGrant& grant) {
     }
     case CacheOutcome::kFill:
       ++metrics_.experts_demand_read;
+      ++figures.read;
       metrics_.expert_demand_bytes += ExpertBytes();
       SubmitRead(w.key, grant.bytes, /*prefetch=*/false);
       if (auto it = pending_.find(w.key); it != pending_.end()) {
@@ -391,6 +401,7 @@ absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.clear();
   gateway_ = nullptr;
+  NoteCompute(layer_, compute.first_start(), compute.last_stop());
   metrics_.io_wait_seconds += std::max(0.0, Since(t0) - compute.seconds());
   metrics_.expert_compute_seconds += compute.seconds();
   return error_;
@@ -420,6 +431,7 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
   }
   if (alongside) alongside();
   std::lock_guard<std::mutex> lock(mu_);
+  NoteCompute(layer_, t1, Clock::now());
   metrics_.expert_compute_seconds += Since(t1);
   return absl::OkStatus();
 }
@@ -431,6 +443,9 @@ absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<con
   {
     std::lock_guard<std::mutex> lock(mu_);
     started = layer_ == layer && wants_.size() == experts.size();
+    LayerFigures& figures = layers_[layer];
+    figures.layer = static_cast<int32_t>(layer);
+    figures.asked = static_cast<uint32_t>(experts.size());
   }
   absl::Status status;
   if (options_.overlap) {
@@ -489,6 +504,35 @@ void StreamingExpertProvider::TakeMetrics(StepMetrics& m) {
   metrics_.expert_prefetch_wasted_bytes += gone.size() * ExpertBytes();
   m.Add(metrics_);
   metrics_ = {};
+}
+
+void StreamingExpertProvider::BeginStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fill(layers_.begin(), layers_.end(), LayerFigures{});
+  step_start_ = Clock::now();
+}
+
+void StreamingExpertProvider::StepLayers(std::vector<LayerFigures>& out) const {
+  out.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LayerFigures& f : layers_) {
+    if (f.layer >= 0) out.push_back(f);
+  }
+}
+
+void StreamingExpertProvider::NoteArrival(int64_t layer) {
+  LayerFigures& f = layers_[layer];
+  const double ms = StepMs(Clock::now());
+  if (f.bytes_first_ms < 0) f.bytes_first_ms = ms;
+  f.bytes_last_ms = ms;
+}
+
+void StreamingExpertProvider::NoteCompute(int64_t layer, Clock::time_point start,
+                                          Clock::time_point end) {
+  if (layer < 0 || start == Clock::time_point{}) return;  // nothing multiplied
+  LayerFigures& f = layers_[layer];
+  if (f.compute_start_ms < 0) f.compute_start_ms = StepMs(start);  // the serial path's batches
+  f.compute_end_ms = StepMs(end);
 }
 
 std::vector<PrefetchAccuracy> StreamingExpertProvider::accuracy() const {

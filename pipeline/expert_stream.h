@@ -25,6 +25,7 @@
 
 #include <tbb/flow_graph.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,11 @@ class StreamingExpertProvider : public ExpertProvider {
 
   // Adds the figures since the last call to `m` (expert bytes, cache, stall, prefetch).
   void TakeMetrics(StepMetrics& m);
+  // Starts the per-layer figures of a step (LayerFigures' times count from now).
+  void BeginStep();
+  // The figures of the MoE layers the current or last step ran, in layer order, into `out`
+  // (whose storage is reused).
+  void StepLayers(std::vector<LayerFigures>& out) const;
   std::vector<PrefetchAccuracy> accuracy() const;
 
  private:
@@ -120,6 +126,11 @@ class StreamingExpertProvider : public ExpertProvider {
   static constexpr int64_t kAllLayers = std::numeric_limits<int64_t>::max();
   void ReleaseGuardsLocked(int64_t layer);
   void CancelStalePrefetches(int64_t layer);
+  // The step's figures of `layer`, under mu_: a read of it landed; its multiplies ran from
+  // `start` to `end`.
+  void NoteArrival(int64_t layer);
+  void NoteCompute(int64_t layer, std::chrono::steady_clock::time_point start,
+                   std::chrono::steady_clock::time_point end);
   // Wants pinned at once: the cache's slots (at least one).
   size_t Window() const;
 
@@ -156,6 +167,13 @@ class StreamingExpertProvider : public ExpertProvider {
   std::vector<PrefetchAccuracy> accuracy_;  // decode steps only
   bool prefill_pass_ = false;               // the current Forward call has several tokens
   StepMetrics metrics_;                     // since the last TakeMetrics
+  // The step's figures by layer (sized once: a step records without allocating), and when the
+  // step began.
+  std::vector<LayerFigures> layers_;
+  std::chrono::steady_clock::time_point step_start_ = std::chrono::steady_clock::now();
+  double StepMs(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double, std::milli>(t - step_start_).count();
+  }
 };
 
 }  // namespace k3

@@ -201,10 +201,8 @@ void HttpServer::Messages(const httplib::Request& req, httplib::Response& res) {
     return;
   }
 
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
+  SendEventStream(
+      req, res,
       [follower, builder, usage, log = options_.log_requests](size_t, httplib::DataSink& sink) {
         auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
         bool ok = write(builder->Start(usage()));

@@ -243,9 +243,11 @@ std::optional<ApiError> HttpServer::Submit(const CompletionRequest& r, Submissio
       error.param = r.endpoint == Endpoint::kChat ? "messages" : "prompt";
     return error;
   }
-  out.follower = std::make_shared<Follower>(*job, r.endpoint == Endpoint::kChat
-                                                      ? ReplyText(tok_, r.output, stop_ids, r.stop)
-                                                      : ReplyText(tok_, false, stop_ids, r.stop));
+  out.follower = std::make_shared<Follower>(*job,
+                                            r.endpoint == Endpoint::kChat
+                                                ? ReplyText(tok_, r.output, stop_ids, r.stop)
+                                                : ReplyText(tok_, false, stop_ids, r.stop),
+                                            r.stream && r.return_progress);
   return std::nullopt;
 }
 
@@ -289,11 +291,9 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
   }
 
   if (endpoint == Endpoint::kChat) head["object"] = "chat.completion.chunk";
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
   const bool include_usage = r.include_usage;
-  res.set_chunked_content_provider(
-      "text/event-stream",
+  SendEventStream(
+      req, res,
       [follower, head, endpoint, with_ids, include_usage, prompt_ids, echo_text,
        log = options_.log_requests, logprobs = r.top_logprobs >= 0,
        tok = &tok_](size_t, httplib::DataSink& sink) {
@@ -322,14 +322,26 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
           first = false;
           return send(json::array({std::move(choice)}));
         };
+        // llama.cpp's prompt_progress: a chunk without choices for each point.
+        auto send_progress = [&](const Job::PromptPoint& point) {
+          json chunk = head;
+          chunk["choices"] = json::array();
+          chunk["prompt_progress"] = {{"total", follower->prompt_tokens()},
+                                      {"cache", follower->cached_tokens()},
+                                      {"processed", point.processed},
+                                      {"time_ms", static_cast<int64_t>(point.ms)}};
+          return write(absl::StrCat("data: ", Dump(chunk), "\n\n"));
+        };
         if (endpoint == Endpoint::kChat) ok = send_piece({});  // the role, as the API starts
         for (bool over = false; ok && !over;) {
           Piece piece;
           over = follower->Next(piece, kHeartbeat);
+          for (size_t i = 0; ok && i < piece.progress.size(); ++i) ok = send_progress(piece.progress[i]);
+          if (!ok) break;
           if (piece.has_text() || ((with_ids || logprobs) && !piece.ids.empty()) ||
               (first && over)) {
             ok = send_piece(piece);
-          } else if (!over) {
+          } else if (!over && piece.progress.empty()) {
             ok = write(": keep-alive\n\n");
           }
         }

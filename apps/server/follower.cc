@@ -15,8 +15,13 @@ void Take(ReplyText::Delta d, Piece& piece) {
 }  // namespace
 
 bool Follower::Next(Piece& piece, std::chrono::milliseconds timeout) {
-  last_ = job_->Wait(seen_, timeout);
+  last_ = job_->Wait(seen_, timeout, points_seen_);
   seen_ += last_.ids.size();
+  if (!last_.prompt_points.empty()) {
+    points_seen_ += last_.prompt_points.size();
+    piece.progress.insert(piece.progress.end(), last_.prompt_points.begin(),
+                          last_.prompt_points.end());
+  }
   if (!last_.prompt_logprobs.empty()) piece.prompt_logprobs = std::move(last_.prompt_logprobs);
   for (size_t i = 0; i < last_.ids.size(); ++i) {
     const int32_t id = last_.ids[i];

@@ -28,6 +28,8 @@ struct Piece {
   // Of the prompt's tokens after the first, in the piece that first has a token or the end,
   // when the request asked (a completion's echo).
   std::vector<TokenLogprob> prompt_logprobs;
+  // The prompt's progress since the last look, when the follower follows it.
+  std::vector<Job::PromptPoint> progress;
 
   bool has_text() const { return !content.empty() || !reasoning.empty() || !tool_calls.empty(); }
 };
@@ -35,8 +37,9 @@ struct Piece {
 // Follows one job: its tokens turned into text, a stop string ending it early.
 class Follower {
  public:
-  Follower(std::shared_ptr<Job> job, ReplyText text)
-      : job_(std::move(job)), text_(std::move(text)) {}
+  // With `progress`, Next also wakes for each point of the prompt's progress (Piece::progress).
+  Follower(std::shared_ptr<Job> job, ReplyText text, bool progress = false)
+      : job_(std::move(job)), text_(std::move(text)), points_seen_(progress ? 0 : Job::kNoProgress) {}
 
   // Reads what came within `timeout` into `piece`; true once the reply is over.
   bool Next(Piece& piece, std::chrono::milliseconds timeout);
@@ -60,6 +63,7 @@ class Follower {
   ReplyText text_;
   size_t seen_ = 0;
   size_t ids_ = 0;
+  size_t points_seen_;  // Job::kNoProgress: not following the prompt's progress
   Job::Progress last_;
 };
 

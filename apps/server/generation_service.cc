@@ -3,12 +3,17 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "apps/device_report.h"
 
 namespace k3::server {
 
-Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout) {
+Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout, size_t points_seen) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return progress_.ids.size() > seen || progress_.done; });
+  const std::vector<PromptPoint>& points = progress_.prompt_points;
+  cv_.wait_for(lock, timeout, [&] {
+    return progress_.ids.size() > seen || progress_.done ||
+           (points_seen != kNoProgress && points.size() > points_seen);
+  });
   Progress out;
   out.ids.assign(progress_.ids.begin() + std::min(seen, progress_.ids.size()), progress_.ids.end());
   out.logprobs.assign(progress_.logprobs.begin() + std::min(seen, progress_.logprobs.size()),
@@ -21,7 +26,16 @@ Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout) {
   out.status = progress_.status;
   out.prompt_tokens = progress_.prompt_tokens;
   out.cached_tokens = progress_.cached_tokens;
+  if (points_seen < points.size()) out.prompt_points.assign(points.begin() + points_seen, points.end());
   return out;
+}
+
+void Job::PushPromptPoint(int64_t run, double ms) {
+  {
+    std::lock_guard lock(mu_);
+    progress_.prompt_points.push_back({progress_.cached_tokens + run, ms});
+  }
+  cv_.notify_all();
 }
 
 void Job::Cancel() {
@@ -58,7 +72,10 @@ void Job::Finish(FinishReason finish, absl::Status status) {
 }
 
 GenerationService::GenerationService(Engine& engine, const ServiceOptions& options)
-    : engine_(engine), options_(options), scheduler_(engine, options.batch, Events()) {
+    : engine_(engine),
+      options_(options),
+      scheduler_(engine, options.batch, Events()),
+      events_(PlanJson(engine, std::max(1, options.batch.batch))) {
   // The plan reserves one state at the planned context for each of its sequences.
   const MemoryPlan& plan = engine.plan();
   stats_.places = options.batch.batch;
@@ -85,6 +102,11 @@ BatchEvents GenerationService::Events() {
     std::lock_guard lock(mu_);
     PublishGauges();
   };
+  events.on_prompt_chunk = [this](size_t index, size_t run, double seconds) {
+    if (auto it = jobs_.find(index); it != jobs_.end()) {
+      it->second->PushPromptPoint(static_cast<int64_t>(run), seconds * 1000);
+    }
+  };
   if (PromptCache* cache = options_.prompt_cache) {
     events.on_prompt_state = [cache](size_t, const SequenceState& state) { cache->Store(state); };
   }
@@ -99,6 +121,7 @@ void GenerationService::Stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  events_.Close();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -177,12 +200,14 @@ void GenerationService::Admit(std::vector<std::shared_ptr<Job>>& incoming) {
     // A request for its prompt's log probabilities runs every prompt token for its logits.
     if (options_.prompt_cache != nullptr && !request.on_prompt_logits) {
       cached = ResumeFromPromptCache(*options_.prompt_cache, request);
+      prompt_cache_hits_ += cached > 0;
       request.keep_prompt_state = request.keep_final_state = true;
     }
     {
       std::lock_guard lock(job->mu_);
       job->progress_.prompt_tokens = total;
       job->progress_.cached_tokens = cached;
+      job->progress_.prompt_points.push_back({cached, 0});
     }
     absl::StatusOr<size_t> index = scheduler_.Add(std::move(request));
     if (!index.ok()) {
@@ -252,6 +277,7 @@ void GenerationService::Loop() {
       stats_.saved_states = static_cast<int64_t>(options_.prompt_cache->states_in_memory());
     }
     if (ran.ok() && *ran) stats_.last_step_seconds = seconds;
+    if (ran.ok() && *ran && events_.has_clients()) PublishStep();
   }
   const absl::Status shutdown = absl::UnavailableError("the server is shutting down");
   for (auto& [index, job] : jobs_) End(*job, FinishReason::kInterrupted, shutdown);
@@ -262,6 +288,38 @@ void GenerationService::Loop() {
     left.swap(inbox_);
   }
   for (auto& job : left) End(*job, FinishReason::kInterrupted, shutdown);
+}
+
+// On the engine thread, under mu_ (stats_ is up to date), only while a client listens.
+void GenerationService::PublishStep() {
+  const BatchTotals& totals = scheduler_.totals();
+  const StepMetrics& m = totals.last_step;
+  StepFigures step;
+  step.decode_tokens = totals.last_decode_tokens;
+  step.prefill_tokens = totals.last_prefill_tokens;
+  step.seconds = m.seconds;
+  step.stall_seconds = m.io_wait_seconds;
+  step.disk_busy_seconds = m.disk_busy_seconds;
+  step.cache_requests = m.cache_requests;
+  step.cache_hits = m.cache_hits;
+  // The drives' figures are totals: a step's are the difference from the step before, when
+  // that one was published too (else the step counts none).
+  std::vector<io::DeviceReport> devices = engine_.devices();
+  const uint64_t step_count = static_cast<uint64_t>(totals.step_count);
+  if (devices_step_ + 1 != step_count) devices_ = devices;
+  for (const io::DeviceReport& d : io::DevicesSince(devices_, devices)) {
+    step.devices.push_back({DeviceName(d), d.bytes, d.busy_seconds});
+  }
+  devices_ = std::move(devices);
+  devices_step_ = step_count;
+  engine_.StepLayers(step.layers);
+  step.waiting = stats_.queued + static_cast<int64_t>(inbox_.size());
+  step.running = stats_.live;
+  step.prompt_cache_entries = stats_.saved_states;
+  step.prompt_cache_hits = prompt_cache_hits_;
+  step.requests_finished = stats_.requests_finished;
+  step.requests_cancelled = stats_.requests_cancelled;
+  events_.Publish(std::move(step));
 }
 
 }  // namespace k3::server

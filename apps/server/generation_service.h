@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "apps/server/engine_events.h"
 #include "core/model/logprobs.h"
 #include "pipeline/batch_scheduler.h"
 #include "pipeline/engine.h"
@@ -34,6 +36,12 @@ namespace k3::server {
 // One request's tokens as they come, read by the HTTP thread that owns the request.
 class Job {
  public:
+  // A point of the prompt's progress: its tokens done (the cached ones included) and the
+  // milliseconds since the request joined the batch.
+  struct PromptPoint {
+    int64_t processed = 0;
+    double ms = 0;
+  };
   struct Progress {
     std::vector<int32_t> ids;            // the tokens sampled after the first `seen`
     std::vector<TokenLogprob> logprobs;  // theirs, when the request asked (set_logprobs)
@@ -46,10 +54,16 @@ class Job {
     absl::Status status;        // a failed step ends every live job with its error
     int64_t prompt_tokens = 0;  // the whole prompt
     int64_t cached_tokens = 0;  // of them, resumed from a saved state rather than run
+    // The prompt's progress after the first `points_seen` points: one when the request is
+    // admitted (the cached tokens), then one after each chunk of the prompt the engine ran.
+    std::vector<PromptPoint> prompt_points;
   };
 
-  // Waits until there are more than `seen` tokens or the job is done, or `timeout` passes.
-  Progress Wait(size_t seen, std::chrono::milliseconds timeout);
+  // Not following the prompt's progress (Wait's `points_seen`).
+  static constexpr size_t kNoProgress = std::numeric_limits<size_t>::max();
+  // Waits until there are more than `seen` tokens or the job is done (or, following the
+  // progress, more than `points_seen` prompt points), or `timeout` passes.
+  Progress Wait(size_t seen, std::chrono::milliseconds timeout, size_t points_seen = kNoProgress);
   // Ends the job at the next layer of the engine (its tokens so far stay; it finishes as
   // interrupted).
   void Cancel();
@@ -59,6 +73,7 @@ class Job {
   friend class GenerationService;
   void Push(int32_t id, std::span<const float> logits);
   void PushPromptLogprob(int32_t id, std::span<const float> logits);
+  void PushPromptPoint(int64_t run, double ms);  // `run`: the prompt's tokens run, uncached
   void Finish(FinishReason finish, absl::Status status);
 
   std::mutex mu_;
@@ -122,6 +137,8 @@ class GenerationService {
   int64_t in_flight() const;
 
   ServiceStats stats() const;
+  // The engine seen live (GET /k3/events): each step's figures, while a client listens.
+  EngineEvents& events() { return events_; }
   const ServiceOptions& options() const { return options_; }
   int64_t max_context() const { return engine_.max_context(); }
 
@@ -132,6 +149,7 @@ class GenerationService {
   void OnDone(BatchResult& result);
   void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
   void PublishGauges();  // the scheduler's live and waiting sequences into stats_ (mu_ held)
+  void PublishStep();  // the last step's figures to events_
 
   const Engine& engine_;  // its layer clock and context
   ServiceOptions options_;
@@ -145,6 +163,11 @@ class GenerationService {
   bool stopping_ = false;
   bool draining_ = false;
   ServiceStats stats_;
+  int64_t prompt_cache_hits_ = 0;  // requests resumed from the prompt cache (engine thread)
+  // The drives as of the last step published, and its number (engine thread).
+  std::vector<io::DeviceReport> devices_;
+  uint64_t devices_step_ = std::numeric_limits<uint64_t>::max();
+  EngineEvents events_;
   std::thread thread_;
 };
 

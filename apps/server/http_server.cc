@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "apps/device_report.h"
 #include "apps/server/anthropic_request.h"
+#include "apps/server/engine_events.h"
 #include "apps/server/gateway_metrics.h"
 #include "apps/server/http_internal.h"
 #include "core/text/grammar/token_mask.h"
@@ -29,6 +30,21 @@ struct HttpServer::Counters {
 };
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void SendEventStream(const httplib::Request& req, httplib::Response& res,
+                     std::function<bool(size_t, httplib::DataSink&)> provide,
+                     std::function<void(bool)> released) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  // httplib compresses every text/ type but exactly "text/event-stream" for a client that
+  // accepts an encoding (every browser), and its compressors hold the events back until the
+  // stream ends. The charset must stay (a client that trusts the header would decode UTF-8 as
+  // Latin-1), so the stream is answered as to a client that accepts none. `req` is httplib's
+  // own, not const: it only hands it to us so.
+  const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+  res.set_chunked_content_provider("text/event-stream; charset=utf-8", std::move(provide),
+                                   std::move(released));
+}
 
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
@@ -137,6 +153,9 @@ void HttpServer::Routes() {
     if (req.get_header_value("Authorization") == want ||
         req.get_header_value("x-api-key") == options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
+    // A browser's EventSource sets no headers: the event stream takes the key as ?key= too.
+    if (req.path == "/k3/events" && req.get_param_value("key") == options_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
     const bool given = req.has_header("Authorization") || req.has_header("x-api-key");
     SendError(req, res,
               {401,
@@ -184,7 +203,7 @@ void HttpServer::Routes() {
       const bool known = req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
                          req.path == "/v1/messages" || req.path == "/v1/messages/count_tokens" ||
                          req.path == "/v1/models" || req.path == "/health" ||
-                         req.path == "/metrics";
+                         req.path == "/metrics" || req.path == "/k3/events";
       ++counters_->requests[{known ? req.path : "other", res.status}];
     }
     if (options_.log_requests) {
@@ -222,6 +241,9 @@ void HttpServer::Routes() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+  s.Get("/k3/events", [this](const httplib::Request& req, httplib::Response& res) {
+    ServeEngineEvents(service_.events(), options_.model_id, req, res);
   });
 }
 

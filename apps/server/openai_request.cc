@@ -37,6 +37,7 @@ constexpr std::string_view kCommon[] = {"model",
                                         "user",
                                         "top_k",
                                         "return_token_ids",
+                                        "return_progress",
                                         "ignore_eos",
                                         "presence_penalty",
                                         "frequency_penalty",
@@ -376,6 +377,7 @@ std::optional<ApiError> Parse(const Json& j, Endpoint endpoint, CompletionReques
   }
   if (auto e = ReadFlag(j, "stream", r.stream)) return e;
   if (auto e = ReadFlag(j, "return_token_ids", r.return_token_ids)) return e;
+  if (auto e = ReadFlag(j, "return_progress", r.return_progress)) return e;
   if (auto e = ReadFlag(j, "ignore_eos", r.ignore_eos)) return e;
   if (auto e = ReadFlag(j, "echo", r.echo)) return e;
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
