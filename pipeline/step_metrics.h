@@ -50,10 +50,10 @@ struct StepMetrics {
 // its experts came and when their bytes and their compute ran. Kept in a fixed array, one
 // entry per layer, filled under the locks the provider takes anyway.
 struct LayerFigures {
-  int32_t layer = -1;     // -1: the layer ran no experts in the step
-  uint32_t asked = 0;     // distinct experts its tokens chose (the union over the step's rows)
-  uint32_t cached = 0;    // of them, resident or already landing when asked for
-  uint32_t read = 0;      // of them, read on demand
+  int32_t layer = -1;       // -1: the layer ran no experts in the step
+  uint32_t asked = 0;       // distinct experts its tokens chose (the union over the step's rows)
+  uint32_t cached = 0;      // of them, resident or already landing when asked for
+  uint32_t read = 0;        // of them, read on demand
   uint32_t prefetched = 0;  // of the cached, those the lookahead had read ahead
   // Milliseconds from the step's start: the first and last of the layer's expert reads that
   // landed in the step (demanded or prefetched; -1: none), and the first multiply's start and

@@ -336,7 +336,8 @@ void HttpServer::Complete(const httplib::Request& req, httplib::Response& res, E
         for (bool over = false; ok && !over;) {
           Piece piece;
           over = follower->Next(piece, kHeartbeat);
-          for (size_t i = 0; ok && i < piece.progress.size(); ++i) ok = send_progress(piece.progress[i]);
+          for (size_t i = 0; ok && i < piece.progress.size(); ++i)
+            ok = send_progress(piece.progress[i]);
           if (!ok) break;
           if (piece.has_text() || ((with_ids || logprobs) && !piece.ids.empty()) ||
               (first && over)) {

@@ -39,7 +39,9 @@ class Follower {
  public:
   // With `progress`, Next also wakes for each point of the prompt's progress (Piece::progress).
   Follower(std::shared_ptr<Job> job, ReplyText text, bool progress = false)
-      : job_(std::move(job)), text_(std::move(text)), points_seen_(progress ? 0 : Job::kNoProgress) {}
+      : job_(std::move(job)),
+        text_(std::move(text)),
+        points_seen_(progress ? 0 : Job::kNoProgress) {}
 
   // Reads what came within `timeout` into `piece`; true once the reply is over.
   bool Next(Piece& piece, std::chrono::milliseconds timeout);

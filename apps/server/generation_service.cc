@@ -26,7 +26,8 @@ Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout, size_t p
   out.status = progress_.status;
   out.prompt_tokens = progress_.prompt_tokens;
   out.cached_tokens = progress_.cached_tokens;
-  if (points_seen < points.size()) out.prompt_points.assign(points.begin() + points_seen, points.end());
+  if (points_seen < points.size())
+    out.prompt_points.assign(points.begin() + points_seen, points.end());
   return out;
 }
 

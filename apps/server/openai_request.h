@@ -52,7 +52,7 @@ struct CompletionRequest {
   // As llama.cpp's server: a stream carries the prompt's progress while it runs (chunks with
   // prompt_progress {total, cache, processed, time_ms} and no choices).
   bool return_progress = false;
-  bool ignore_eos = false;        // as vLLM: no stop ids, max_tokens tokens (stop strings apply)
+  bool ignore_eos = false;  // as vLLM: no stop ids, max_tokens tokens (stop strings apply)
   // Log probabilities of each sampled token and of its top_logprobs alternatives (chat:
   // logprobs true and top_logprobs 0..20; completions: logprobs N, 0..5); -1: none.
   int top_logprobs = -1;
