@@ -213,7 +213,10 @@ const Subcommand& ServeCommand() {
       "[--max-queue N] [--batch B] [--drain-seconds S]",
       "Serves POST /v1/chat/completions (the Kimi chat template; stream true sends server-sent\n"
       "events ending in 'data: [DONE]'), POST /v1/completions (prompt as text or token ids),\n"
-      "GET /v1/models, GET /health and GET /metrics (Prometheus text). Requests run together\n"
+      "GET /v1/models, GET /health, GET /metrics (Prometheus text) and GET /k3/events (the\n"
+      "engine's figures step by step as server-sent events, at most 4 a second; with\n"
+      "--api-key also ?key=KEY; docs/EVENTS.md). \"return_progress\": true on a stream sends\n"
+      "the prompt's progress as it runs (llama.cpp's prompt_progress). Requests run together\n"
       "in one batch of --batch sequences (default: what the budget holds, at most 8): they\n"
       "share every trunk pass and expert read. Up to --max-queue more wait for a place; past\n"
       "that a request gets 429 with Retry-After. A streaming client that disconnects ends its\n"

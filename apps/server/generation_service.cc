@@ -259,6 +259,12 @@ void GenerationService::Loop() {
     for (const auto& [index, job] : jobs_) {
       if (job->cancelled()) scheduler_.Cancel(index);
     }
+    // A client that has just come needs the drives' totals before the step, to count its bytes.
+    const auto steps_before = static_cast<uint64_t>(scheduler_.totals().step_count);
+    if (events_.has_clients() && devices_step_ != steps_before) {
+      devices_ = engine_.devices();
+      devices_step_ = steps_before;
+    }
     const auto started = std::chrono::steady_clock::now();
     absl::StatusOr<bool> ran = scheduler_.RunStep();
     const double seconds =
@@ -303,10 +309,11 @@ void GenerationService::PublishStep() {
   step.disk_busy_seconds = m.disk_busy_seconds;
   step.cache_requests = m.cache_requests;
   step.cache_hits = m.cache_hits;
-  // The drives' figures are totals: a step's are the difference from the step before, when
-  // that one was published too (else the step counts none).
+  // The drives' figures are totals since the engine opened: a step's are the difference from
+  // those before it (Loop took them when the step before was not published; a client that
+  // came during the step sees none of its bytes).
   std::vector<io::DeviceReport> devices = engine_.devices();
-  const uint64_t step_count = static_cast<uint64_t>(totals.step_count);
+  const auto step_count = static_cast<uint64_t>(totals.step_count);
   if (devices_step_ + 1 != step_count) devices_ = devices;
   for (const io::DeviceReport& d : io::DevicesSince(devices_, devices)) {
     step.devices.push_back({DeviceName(d), d.bytes, d.busy_seconds});

@@ -313,6 +313,8 @@ TEST_F(ServeEventsTest, EventsGiveThePlanThenStepsWithLayerFiguresAtMostFourASec
   EXPECT_EQ(events[1].second["kind"], "prefill");
   EXPECT_EQ(events[1].second["steps"], 1);
   EXPECT_EQ(events[1].second["tokens"], kChunk);
+  EXPECT_GT(events[1].second["disk"]["read_bytes"].get<uint64_t>(), 0u);  // a cold cache's reads
+  EXPECT_EQ(events[1].second["disk"]["read_bytes"], events[1].second["devices"][0]["read_bytes"]);
   for (const std::string& kind : kinds)
     EXPECT_THAT(kind, ::testing::AnyOf("prefill", "decode", "mixed"));
   // Every step counted once (2 x 299 decode steps and the prompts' chunks).
