@@ -149,8 +149,10 @@ int RunServe(const std::vector<std::string>& positional) {
   auto engine = Engine::Open(*options);
   if (!engine.ok()) return ReportError(kServeName, engine.status());
   const Shape shape = ShapeOf(**engine);
-  // One thread follows each request in the batch or the queue, and a few answer the rest.
-  server_options->threads = shape.batch + absl::GetFlag(FLAGS_max_queue) + 4;
+  // One thread follows each request in the batch or the queue, one each client of the
+  // engine's events, and a few answer the rest.
+  server_options->threads =
+      shape.batch + absl::GetFlag(FLAGS_max_queue) + server::EngineEvents::kMaxClients + 4;
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   if (!quiet) std::fprintf(stderr, "%s", PlanText(**engine).c_str());
   WarnAtStart(**engine);

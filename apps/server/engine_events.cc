@@ -173,9 +173,17 @@ bool EngineEvents::FlushDueLocked(double now) {
   return true;
 }
 
-void EngineEvents::DropPending() {
-  std::lock_guard lock(mu_);
-  pending_.reset();
+std::shared_ptr<EngineEvents::Client> EngineEvents::Join() {
+  for (int n = clients_.load(); n < kMaxClients;) {
+    if (clients_.compare_exchange_weak(n, n + 1)) return std::shared_ptr<Client>(new Client(*this));
+  }
+  return nullptr;
+}
+
+EngineEvents::Client::~Client() {
+  if (--hub_->clients_ > 0) return;
+  std::lock_guard lock(hub_->mu_);  // what was merged is stale by the next client's time
+  hub_->pending_.reset();
 }
 
 int64_t EngineEvents::last_seq() const {
@@ -213,11 +221,18 @@ bool EngineEvents::closed() const {
 
 void ServeEngineEvents(EngineEvents& hub, const std::string& model_id, const httplib::Request& req,
                        httplib::Response& res) {
+  std::shared_ptr<EngineEvents::Client> client = hub.Join();
+  if (client == nullptr) {
+    return SendError(res, {503,
+                           absl::StrCat("already ", EngineEvents::kMaxClients,
+                                        " clients listen to the engine's events; try later"),
+                           "server_error", "", "too_many_listeners"});
+  }
   json plan = hub.plan();
   plan["model"] = model_id;
   std::string head = absl::StrCat("event: plan\ndata: ", Dump(plan), "\n\n");
-  SendEventStream(req, res, [&hub, head](size_t, httplib::DataSink& sink) {
-    const EngineEvents::Client client(hub);
+  // The client leaves with the provider, when httplib is done with the response.
+  SendEventStream(req, res, [&hub, client, head](size_t, httplib::DataSink& sink) {
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     if (!write(head)) return false;
     int64_t seen = hub.last_seq();

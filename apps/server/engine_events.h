@@ -80,19 +80,24 @@ class EngineEvents {
   // Whether a client listens: the engine thread gathers no figures otherwise.
   bool has_clients() const { return clients_.load(std::memory_order_relaxed) > 0; }
 
+  // Clients listening at once at most: each holds one of the server's HTTP threads, which
+  // k3 serve adds to its pool for them.
+  static constexpr int kMaxClients = 8;
+
   // A listening client, for as long as it lives.
   class Client {
    public:
-    explicit Client(EngineEvents& hub) : hub_(&hub) { ++hub_->clients_; }
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
-    ~Client() {
-      if (--hub_->clients_ == 0) hub_->DropPending();  // stale by the next client's time
-    }
+    ~Client();
 
    private:
+    friend class EngineEvents;
+    explicit Client(EngineEvents& hub) : hub_(&hub) {}
     EngineEvents* hub_;
   };
+  // A new client, or null when kMaxClients listen already.
+  std::shared_ptr<Client> Join();
 
   // The engine thread: one step's figures. They go out at once when the last event is kMinGap
   // old, else they wait, merged with the steps after them, until it is.
@@ -115,7 +120,6 @@ class EngineEvents {
 
  private:
   bool FlushDueLocked(double now);  // true when an event went out
-  void DropPending();
 
   const nlohmann::json plan_;
   const Seconds now_;

@@ -68,6 +68,14 @@ class Listener {
     return seconds_;
   }
   std::string body() const { return testing::ReadAll(out_); }
+  // Waits for the plan event (a minute at most, for a loaded machine): the stream is on.
+  bool Connected() const {
+    for (int i = 0; i < 1200; ++i) {
+      if (body().find("event: plan") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
 
  private:
   testing::TempDir dir_;
@@ -249,10 +257,7 @@ TEST_F(ServeEventsTest, EveryEventStreamSaysUtf8AndIsNeverCompressed) {
 TEST_F(ServeEventsTest, EventsGiveThePlanThenStepsWithLayerFiguresAtMostFourASecond) {
   ServeProcess server({"-m", model(), "--prefill-chunk", std::to_string(kChunk)});
   Listener listener(server.url("/k3/events"));
-  // The listener is in once the plan has come.
-  for (int i = 0; i < 1200 && listener.body().find("event: plan") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(listener.Connected());
   // Two requests of many steps: a long prompt, then a few hundred decode steps.
   json request = LongChat(false, 300);
   request["ignore_eos"] = true;
@@ -323,7 +328,10 @@ TEST_F(ServeEventsTest, EventsGiveThePlanThenStepsWithLayerFiguresAtMostFourASec
   // At most 4 a second over the time the test listened, however many steps ran.
   const auto step_events = static_cast<double>(events.size() - 1);
   EXPECT_LE(step_events, 4 * seconds + 1) << steps << " steps in " << seconds << " s";
-  EXPECT_EQ(server.Stop(), 0);
+  // A stream still listening ends with the server.
+  Listener last(server.url("/k3/events"));
+  ASSERT_TRUE(last.Connected());
+  EXPECT_EQ(server.Stop(), 0) << server.log();
 }
 
 TEST_F(ServeEventsTest, EventsNeedTheKeyAsAHeaderOrAQueryParameter) {

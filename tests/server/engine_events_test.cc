@@ -34,7 +34,8 @@ class EngineEventsTest : public ::testing::Test {
 };
 
 TEST_F(EngineEventsTest, TheFirstStepGoesOutAtOnceAndTheNextWithinAQuarterSecondAreMerged) {
-  const EngineEvents::Client client(hub_);
+  EXPECT_FALSE(hub_.has_clients());
+  const auto client = hub_.Join();
   EXPECT_TRUE(hub_.has_clients());
   EXPECT_FALSE(hub_.Next(0, milliseconds(0)));  // nothing yet
   hub_.Publish(OneStep(1, 0.05, 1));
@@ -73,7 +74,7 @@ TEST_F(EngineEventsTest, TheFirstStepGoesOutAtOnceAndTheNextWithinAQuarterSecond
 }
 
 TEST_F(EngineEventsTest, ManyStepsASecondMakeAtMostFourEventsASecond) {
-  const EngineEvents::Client client(hub_);
+  const auto client = hub_.Join();
   int64_t events = 0;
   int64_t steps = 0;
   int64_t seen = 0;
@@ -120,9 +121,20 @@ TEST_F(EngineEventsTest, TheStepEventCarriesTheContractsFields) {
   }
 }
 
+TEST_F(EngineEventsTest, AtMostEightClientsListenAtOnce) {
+  std::vector<std::shared_ptr<EngineEvents::Client>> clients;
+  for (int i = 0; i < EngineEvents::kMaxClients; ++i) {
+    clients.push_back(hub_.Join());
+    ASSERT_NE(clients.back(), nullptr) << i;
+  }
+  EXPECT_EQ(hub_.Join(), nullptr);
+  clients.pop_back();  // one leaves: another may come
+  EXPECT_NE(hub_.Join(), nullptr);
+}
+
 TEST_F(EngineEventsTest, ClosingEndsEveryWaitAndTheLastClientDropsWhatWasMerged) {
   {
-    const EngineEvents::Client client(hub_);
+    const auto client = hub_.Join();
     hub_.Publish(OneStep(1, 0.01, 1));
     hub_.Publish(OneStep(1, 0.01, 1));  // merged, waiting for its time
   }
@@ -191,7 +203,7 @@ TEST_F(ServiceFiguresTest, AListeningClientGetsEachMoeLayersExpertsAndTimeline) 
   ASSERT_FALSE(plan["moe_layers"].empty());
   EXPECT_GT(plan["memory"]["cache_bytes"].get<uint64_t>(), 0u);
 
-  const EngineEvents::Client client(service.events());
+  const auto client = service.events().Join();
   auto job = service.Submit(Request(9, 2));
   ASSERT_TRUE(job.ok()) << job.status();
   std::optional<EngineEvents::Event> event = service.events().Next(0, milliseconds(60000));
