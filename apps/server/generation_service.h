@@ -149,7 +149,7 @@ class GenerationService {
   void OnDone(BatchResult& result);
   void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
   void PublishGauges();  // the scheduler's live and waiting sequences into stats_ (mu_ held)
-  void PublishStep();  // the last step's figures to events_
+  void PublishStep();    // the last step's figures to events_
 
   const Engine& engine_;  // its layer clock and context
   ServiceOptions options_;
