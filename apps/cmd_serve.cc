@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -96,6 +97,33 @@ absl::StatusOr<server::ServerOptions> ServerOptionsFromFlags(const EngineOptions
   return o;
 }
 
+// Draining: new requests get 503 (and /health), those in flight run to their end, for up to
+// `seconds` or until another signal comes. Polled: the wait for a signal is the pause.
+void Drain(server::GenerationService& service, const sigset_t& signals, double seconds) {
+  service.Drain();
+  std::fprintf(stderr,
+               "k3 serve: terminated, draining: %lld requests in flight, at most %g s "
+               "(--drain-seconds; a second signal stops at once)\n",
+               static_cast<long long>(service.in_flight()), seconds);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
+  while (service.in_flight() > 0) {
+    if (Clock::now() >= deadline) {
+      std::fprintf(stderr, "k3 serve: drain time up, ending %lld requests\n",
+                   static_cast<long long>(service.in_flight()));
+      return;
+    }
+    timespec pause = {0, 100'000'000};
+    if (sigtimedwait(&signals, nullptr, &pause) > 0) {
+      std::fprintf(stderr, "k3 serve: signalled again, ending %lld requests\n",
+                   static_cast<long long>(service.in_flight()));
+      return;
+    }
+  }
+  std::fprintf(stderr, "k3 serve: drained, stopping\n");
+}
+
 int RunServe(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kServeName, "unexpected argument: " + positional[0]);
   // Signals go to one thread that stops the server, not to whichever thread they hit: block
@@ -110,6 +138,9 @@ int RunServe(const std::vector<std::string>& positional) {
   auto options = EngineOptionsFromFlags();
   if (!options.ok()) return ReportError(kServeName, options.status());
   if (absl::GetFlag(FLAGS_max_queue) < 0) return UsageError(kServeName, "--max-queue must be >= 0");
+  if (const double d = absl::GetFlag(FLAGS_drain_seconds); !(d >= 0 && d <= 86400)) {
+    return UsageError(kServeName, "--drain-seconds must be in [0, 86400]");
+  }
   auto tokenizer = FindTokenizer(options->model_dir, /*required=*/true);
   if (!tokenizer.ok()) return ReportError(kServeName, tokenizer.status());
   if (auto s = ChooseShape(*options); !s.ok()) return ReportError(kServeName, s);
@@ -147,14 +178,21 @@ int RunServe(const std::vector<std::string>& positional) {
                static_cast<long long>((*engine)->max_context()),
                *cache != nullptr && (*cache)->on_disk() ? (*cache)->directory().c_str() : "none",
                server_options->api_key.empty() ? "" : "; an API key is required");
-  // On a signal: the live and waiting requests end first (a stream gets an error event, a
-  // plain request 503), so that the HTTP threads are free when the server stops.
+  // SIGTERM (what an orchestrator sends) drains first, up to --drain-seconds. Then, or at once
+  // on Ctrl-C: the live and waiting requests end (a stream gets an error event, a plain
+  // request 503), so that the HTTP threads are free when the server stops.
+  const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
   std::atomic<bool> signalled{false};
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     if (signalled.exchange(true)) return;  // the wake-up below
-    std::fprintf(stderr, "k3 serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    if (sig == SIGTERM && drain_seconds > 0) {
+      Drain(service, signals, drain_seconds);
+    } else {
+      std::fprintf(stderr, "k3 serve: %s, stopping\n",
+                   sig == SIGINT ? "interrupted" : "terminated");
+    }
     service.Stop();
     http.Stop();
   });
@@ -174,7 +212,7 @@ const Subcommand& ServeCommand() {
       kServeName,
       "an OpenAI-compatible HTTP server (chat and completions, streaming) on the batched engine",
       "serve [--model DIR] [memory flags] [--host 127.0.0.1] [--port 8080] [--api-key KEY] "
-      "[--max-queue N] [--batch B]",
+      "[--max-queue N] [--batch B] [--drain-seconds S]",
       "Serves POST /v1/chat/completions (the Kimi chat template; stream true sends server-sent\n"
       "events ending in 'data: [DONE]'), POST /v1/completions (prompt as text or token ids),\n"
       "GET /v1/models, GET /health, GET /metrics (Prometheus text) and GET /k3/events (the\n"
@@ -202,8 +240,12 @@ const Subcommand& ServeCommand() {
       "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
       "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
       "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"
-      "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise. Ctrl-C or\n"
-      "SIGTERM stops it (exit 0).",
+      "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise.\n"
+      "GET /health answers 200 once the model is open and 503 while draining. SIGTERM drains:\n"
+      "new requests get 503, those in flight finish (for up to --drain-seconds, default 30),\n"
+      "then it exits 0; Ctrl-C, a second signal or --drain-seconds 0 ends the requests in\n"
+      "flight at once (a stream gets an error event) and exits 0. /metrics also carries the\n"
+      "gauges an inference gateway routes by, under vLLM's names (docs/SCALE.md).",
       kServe,
       RunServe};
   return kCommand;

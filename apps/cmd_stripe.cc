@@ -138,6 +138,9 @@ void PrintPlan(const StripePlan& plan, const std::vector<std::string>& dirs) {
         "each expert in %d directories; target and shares are of the striped experts' bytes\n",
         plan.copies);
   }
+  if (plan.layout == StripeLayout::kSlices) {
+    std::printf("each expert cut into one piece per directory, sized by the weights\n");
+  }
   if (plan.unstriped > 0) {
     std::printf("%lld routed experts are not one contiguous span and stay in the shards only\n",
                 static_cast<long long>(plan.unstriped));
@@ -186,7 +189,8 @@ int RunStripeVerify(const Checkpoint& ckpt, const std::vector<std::string>& dirs
   return kExitOk;
 }
 
-int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs) {
+int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs,
+                   StripeLayout layout) {
   if (!absl::GetFlag(FLAGS_force)) {
     for (const std::string& dir : dirs) {
       if (io::FileExists(io::JoinPath(dir, kStripeManifestFile)) ||
@@ -205,7 +209,7 @@ int RunStripeWrite(const Checkpoint& ckpt, const std::vector<std::string>& dirs)
   auto weights =
       weights_text.empty() ? MeasureWeights(dirs) : ParseWeights(weights_text, dirs.size());
   if (!weights.ok()) return ReportError(kStripeName, weights.status());
-  auto plan = PlanStripes(ckpt, *weights, absl::GetFlag(FLAGS_copies));
+  auto plan = PlanStripes(ckpt, *weights, absl::GetFlag(FLAGS_copies), layout);
   if (!plan.ok()) return ReportError(kStripeName, plan.status());
   if (!absl::GetFlag(FLAGS_quiet)) PrintPlan(*plan, dirs);
 
@@ -261,9 +265,22 @@ int RunStripe(const std::vector<std::string>& positional) {
                       "--verify-only writes nothing: --weights and --measure do "
                       "not apply");
   }
+  // Slices balance every read over the drives; whole experts only with copies to balance.
+  const std::string layout_text = absl::GetFlag(FLAGS_layout);
+  auto layout = layout_text.empty()
+                    ? absl::StatusOr<StripeLayout>(copies > 1 ? StripeLayout::kExperts
+                                                              : StripeLayout::kSlices)
+                    : ParseStripeLayout(layout_text);
+  if (!layout.ok())
+    return UsageError(kStripeName, absl::StrCat("--layout: ", layout.status().message()));
+  if (*layout == StripeLayout::kSlices && copies > 1) {
+    return UsageError(kStripeName, absl::StrCat("--copies ", copies,
+                                                " needs --layout experts: a sliced layout has "
+                                                "one piece of each expert on every directory"));
+  }
   auto ckpt = Checkpoint::Open(model);
   if (!ckpt.ok()) return ReportError(kStripeName, ckpt.status());
-  return verify_only ? RunStripeVerify(**ckpt, dirs) : RunStripeWrite(**ckpt, dirs);
+  return verify_only ? RunStripeVerify(**ckpt, dirs) : RunStripeWrite(**ckpt, dirs, *layout);
 }
 
 }  // namespace
@@ -272,21 +289,27 @@ const Subcommand& StripeCommand() {
   static const Subcommand kCommand = {
       kStripeName,
       "copy the routed experts striped over several drives, every layer on every drive",
-      "stripe --model DIR --out DIR1,DIR2,... [--weights W1,W2,... | --measure] [--copies K] "
-      "[--force] [--quiet] [--verify-only]",
-      "Copies every routed expert of the checkpoint into one of the --out directories (one per\n"
-      "drive), so that each MoE layer's experts are on every drive in proportion to its weight:\n"
-      "a directory's share of each layer is its weight's share within one expert, and\n"
-      "consecutive expert ids alternate directories. Each directory gets k3-experts.stripe (its\n"
-      "experts, each at the same offset modulo 4096 as in its shard, so an O_DIRECT read needs\n"
-      "the same blocks) and k3-stripe.json (the config fingerprint, the weights and, per shard,\n"
-      "each expert's offset, length, place in the data file and CRC-32C). The directories are\n"
+      "stripe --model DIR --out DIR1,DIR2,... [--weights W1,W2,... | --measure] "
+      "[--layout slices|experts] [--copies K] [--force] [--quiet] [--verify-only]",
+      "Copies the routed experts of the checkpoint over the --out directories (one per drive),\n"
+      "so that each MoE layer's experts are on every drive in proportion to its weight. The\n"
+      "default layout, slices, cuts every expert into one piece per directory, each piece its\n"
+      "weight's share of the expert (cuts at 4 KiB boundaries): reading any expert keeps every\n"
+      "drive busy for the same time, whichever experts a token routes to. --layout experts\n"
+      "deals whole experts instead (a directory's share of each layer is its weight's share\n"
+      "within one expert, consecutive ids alternating directories); a token's 16 experts of a\n"
+      "layer then fall on the drives unevenly, which --copies balances. Each directory gets\n"
+      "k3-experts.stripe (its pieces or experts, each at the same offset modulo 4096 as in its\n"
+      "shard, so an O_DIRECT read needs the same blocks) and k3-stripe.json (the config\n"
+      "fingerprint, the weights, the layout and, per shard, each extent's offset, length, place\n"
+      "in the data file and CRC-32C). The directories are\n"
       "written in parallel, read back and checked before any manifest is written; an\n"
       "interrupted or failed run leaves no stripes that k3 accepts. The shards are not changed:\n"
       "the stripes are copies. Experts whose parts are not one contiguous span stay in the\n"
       "shards only. Give the directories to a run with --volume: the engine reads each striped\n"
-      "expert from the drives that hold it. --copies K (default 1) writes each expert to K\n"
-      "distinct directories, each holding about K x its weight's share of every layer (capped\n"
+      "expert from the drives that hold it. --copies K (default 1; layout experts) writes each\n"
+      "expert to K distinct directories, each holding about K x its weight's share of every layer "
+      "(capped\n"
       "at every expert): the engine then reads each expert from whichever holder finishes\n"
       "first, so a layer's 16 routed experts no longer pile up on one drive. It costs space: K/N\n"
       "of the experts per drive for N equal weights. Without --weights each directory's read\n"

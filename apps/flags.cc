@@ -159,6 +159,9 @@ ABSL_FLAG(double, max_body_mb, 8, "larger request bodies get 413.");
 ABSL_FLAG(std::string, model_id, "",
           "the model name /v1/models lists and answers carry (default: the model "
           "directory's name).");
+ABSL_FLAG(double, drain_seconds, 30,
+          "on SIGTERM, stop taking requests (503) and let those in flight finish for up to "
+          "this many seconds before ending them (0: end them at once).");
 
 // What the commands write.
 ABSL_FLAG(std::string, out, "",
@@ -249,7 +252,12 @@ ABSL_FLAG(bool, measure, false,
           "written there and deleted (what happens without --weights).");
 ABSL_FLAG(int32_t, copies, 1,
           "k3 stripe: write each routed expert to this many distinct --out directories (1 to "
-          "their count), so that a layer's reads can be balanced over the drives.");
+          "their count), so that a layer's reads can be balanced over the drives (layout "
+          "experts).");
+ABSL_FLAG(std::string, layout, "",
+          "k3 stripe: slices (each expert cut into one piece per --out directory, sized by its "
+          "weight: every read keeps every drive busy) or experts (whole experts dealt over the "
+          "directories; with --copies). Default: slices, or experts with --copies > 1.");
 
 namespace k3::cli {
 namespace {
@@ -321,6 +329,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_saved_states), kServe},
       {F(FLAGS_max_body_mb), kServe},
       {F(FLAGS_model_id), kServe},
+      {F(FLAGS_drain_seconds), kServe},
       {F(FLAGS_out), kSynth | kPack | kStripe | kGenerate | kTune},
       {F(FLAGS_report_json), kSamples | kBench | kCacheSim | kDoctor},
       {F(FLAGS_out_csv), kBench},
@@ -352,6 +361,7 @@ const std::vector<FlagUse>& FlagTable() {
       {F(FLAGS_verify_only), kPack | kStripe},
       {F(FLAGS_measure), kStripe},
       {F(FLAGS_copies), kStripe},
+      {F(FLAGS_layout), kStripe},
   };
   return kTable;
 }

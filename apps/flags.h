@@ -67,6 +67,7 @@ ABSL_DECLARE_FLAG(int32_t, max_queue);
 ABSL_DECLARE_FLAG(int32_t, saved_states);
 ABSL_DECLARE_FLAG(double, max_body_mb);
 ABSL_DECLARE_FLAG(std::string, model_id);
+ABSL_DECLARE_FLAG(double, drain_seconds);
 // What the commands write.
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, report_json);
@@ -101,6 +102,7 @@ ABSL_DECLARE_FLAG(std::string, codec);
 ABSL_DECLARE_FLAG(bool, verify_only);
 ABSL_DECLARE_FLAG(bool, measure);
 ABSL_DECLARE_FLAG(int32_t, copies);
+ABSL_DECLARE_FLAG(std::string, layout);
 
 namespace k3::cli {
 

@@ -221,17 +221,24 @@ absl::StatusOr<ReadId> ReadRouter::Submit(ReadRequest request) {
                                                 f.info.size, " bytes)"));
     }
     if (m.stopping) return absl::FailedPreconditionError("the read router is shutting down");
-    const std::vector<int> candidates = m.Candidates(f, request.offset, request.length);
-    if (candidates.empty()) {
-      return absl::UnavailableError(absl::StrCat("no readable copy of ", request.length,
-                                                 " bytes at offset ", request.offset, " of ",
-                                                 f.path, " is left (each failed before)"));
+    // Each segment (a piece of a sliced layout, or the whole read) split over its drives.
+    std::vector<Impl::Part> parts;
+    const uint64_t head = AlignDown(request.offset);
+    for (const auto& [offset, length] : m.Segments(f, request.offset, request.length)) {
+      const std::vector<int> candidates = m.Candidates(f, offset, length);
+      if (candidates.empty()) {
+        return absl::UnavailableError(absl::StrCat("no readable copy of ", length,
+                                                   " bytes at offset ", offset, " of ", f.path,
+                                                   " is left (each failed before)"));
+      }
+      const std::span<uint8_t> buffer = request.buffer.subspan(AlignDown(offset) - head);
+      for (Impl::Part& p : m.Split(f, candidates, offset, length, buffer)) parts.push_back(p);
     }
     auto r = std::make_unique<Impl::Request>();
     id = r->id = m.next_id++;
     r->submitted = absl::Now();
     r->logged = m.logging;
-    r->parts = m.Split(f, candidates, request.offset, request.length, request.buffer);
+    r->parts = std::move(parts);
     r->spec = std::move(request);
     r->open_parts = static_cast<int>(r->parts.size());
     Impl::Request& raw = *r;

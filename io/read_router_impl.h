@@ -133,6 +133,11 @@ struct ReadRouter::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   std::vector<int> Candidates(const File& f, uint64_t offset, uint64_t length) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // [offset, offset + length) cut where a stripe piece begins or ends inside it at a 4 KiB
+  // boundary (a sliced layout: one expert's pieces on several drives): {offset, length} each.
+  std::vector<std::pair<uint64_t, uint64_t>> Segments(const File& f, uint64_t offset,
+                                                      uint64_t length) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   std::vector<Part> Split(const File& f, const std::vector<int>& candidates, uint64_t offset,
                           uint64_t length, std::span<uint8_t> buffer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

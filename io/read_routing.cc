@@ -55,6 +55,31 @@ std::vector<int> ReadRouter::Impl::Candidates(const File& f, uint64_t offset,
   return out;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> ReadRouter::Impl::Segments(const File& f,
+                                                                      uint64_t offset,
+                                                                      uint64_t length) const {
+  const uint64_t end = offset + length;
+  std::vector<uint64_t> cuts;
+  // Pieces are sorted by their start and disjoint (or one piece in several directories), so
+  // those that can cut the range start before its end and end after its start.
+  for (size_t i = f.first_stripe; i < f.sources.size() && f.sources[i].begin < end; ++i) {
+    const Source& s = f.sources[i];
+    for (uint64_t at : {s.begin, s.end}) {
+      if (at > offset && at < end && at % kDirectAlignment == 0) cuts.push_back(at);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  uint64_t at = offset;
+  for (uint64_t cut : cuts) {
+    out.emplace_back(at, cut - at);
+    at = cut;
+  }
+  out.emplace_back(at, end - at);
+  return out;
+}
+
 // Parts of [offset, offset + length) for the candidates, sized so that each device finishes
 // its part at the same time given what it is already reading and its rate (water filling), no
 // part shorter than min_part_bytes, boundaries at 4 KiB so that every part reads straight into

@@ -101,6 +101,12 @@ BatchScheduler::~BatchScheduler() = default;
 
 size_t BatchScheduler::live() const { return live_.size(); }
 
+uint64_t BatchScheduler::live_state_bytes() const {
+  uint64_t bytes = 0;
+  for (const Live& seq : live_) bytes += seq.state.bytes();
+  return bytes;
+}
+
 absl::StatusOr<size_t> BatchScheduler::Add(BatchRequest request) {
   if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   const int64_t before = request.resume ? request.resume->position() : 0;
@@ -271,6 +277,7 @@ absl::StatusOr<bool> BatchScheduler::RunStep() {
   if (started_ < 0) started_ = Now();
   EndCancelled();
   Admit();
+  if (events_.on_admitted) events_.on_admitted();
   if (live_.empty()) return false;
   absl::Status status = Step();
   totals_.seconds = Now() - started_;

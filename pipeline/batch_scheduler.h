@@ -120,6 +120,9 @@ struct BatchEvents {
   // sequence samples nothing: max_tokens 0).
   std::function<void(size_t index, std::span<const float> logits, const StepMetrics& steps)>
       on_prompt_end;
+  // In RunStep, once the waiting requests have taken the free places and before the step runs:
+  // live() and waiting() are then those of the step (a server's gauges read them here).
+  std::function<void()> on_admitted;
 };
 
 class BatchScheduler {
@@ -147,6 +150,8 @@ class BatchScheduler {
 
   size_t waiting() const { return waiting_.size(); }
   size_t live() const;
+  // The bytes of the live sequences' states (SequenceState::bytes): what they hold now.
+  uint64_t live_state_bytes() const;
   const BatchTotals& totals() const { return totals_; }
 
  private:

@@ -28,7 +28,8 @@ test_packages=(
   # tests/apps/sshfs_volume_test.sh: a real network volume (the test runs its own sshd on
   # 127.0.0.1; where systemd runs, Debian's openssh-server also enables ssh.service on port 22)
   openssh-server openssh-client sshfs fuse3
-  chromium  # the page's browser tests (tests/browser), driven by playwright-core
+  python3-yaml  # tests/apps/deploy_manifests.py reads deploy/k8s
+  chromium      # the page's browser tests (tests/browser), driven by playwright-core
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;

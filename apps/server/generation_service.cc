@@ -77,6 +77,15 @@ GenerationService::GenerationService(Engine& engine, const ServiceOptions& optio
       options_(options),
       scheduler_(engine, options.batch, Events()),
       events_(PlanJson(engine, std::max(1, options.batch.batch))) {
+  // The plan reserves one state at the planned context for each of its sequences.
+  const MemoryPlan& plan = engine.plan();
+  stats_.places = options.batch.batch;
+  stats_.planned_states = plan.sequences;
+  stats_.state_bytes_capacity = plan.state_bytes /
+                                static_cast<uint64_t>(std::max(1, plan.sequences)) *
+                                static_cast<uint64_t>(std::max(0, options.batch.batch));
+  stats_.context = engine.max_context();
+  stats_.prefix_cache = options.prompt_cache != nullptr;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -88,6 +97,12 @@ BatchEvents GenerationService::Events() {
     if (auto it = jobs_.find(index); it != jobs_.end()) it->second->Push(id, logits);
   };
   events.on_done = [this](BatchResult& result) { OnDone(result); };
+  // The step's own sequences, not the previous step's: a request admitted now counts as running
+  // during the step that runs it.
+  events.on_admitted = [this] {
+    std::lock_guard lock(mu_);
+    PublishGauges();
+  };
   events.on_prompt_chunk = [this](size_t index, size_t run, double seconds) {
     if (auto it = jobs_.find(index); it != jobs_.end()) {
       it->second->PushPromptPoint(static_cast<int64_t>(run), seconds * 1000);
@@ -109,6 +124,22 @@ void GenerationService::Stop() {
   wake_.notify_all();
   events_.Close();
   if (thread_.joinable()) thread_.join();
+}
+
+void GenerationService::Drain() {
+  std::lock_guard lock(mu_);
+  draining_ = stats_.draining = true;
+}
+
+int64_t GenerationService::in_flight() const {
+  std::lock_guard lock(mu_);
+  return in_flight_;
+}
+
+void GenerationService::PublishGauges() {
+  stats_.queued = static_cast<int64_t>(scheduler_.waiting());
+  stats_.live = static_cast<int64_t>(scheduler_.live());
+  stats_.live_state_bytes = scheduler_.live_state_bytes();
 }
 
 absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest request,
@@ -136,6 +167,10 @@ absl::StatusOr<std::shared_ptr<Job>> GenerationService::Submit(BatchRequest requ
   {
     std::lock_guard lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
+    if (draining_) {
+      return absl::UnavailableError(
+          "the server is draining: it finishes the requests in flight and takes no new ones");
+    }
     // Counted from submission to the end, so the verdict never depends on whether the engine
     // thread has admitted the earlier ones yet.
     if (in_flight_ >= options_.batch.batch + options_.max_queue) {
@@ -243,8 +278,7 @@ void GenerationService::Loop() {
     }
     std::lock_guard lock(mu_);
     stats_.totals = scheduler_.totals();
-    stats_.queued = static_cast<int64_t>(scheduler_.waiting());
-    stats_.live = static_cast<int64_t>(scheduler_.live());
+    PublishGauges();
     stats_.layers_run = engine_.layers_run();
     if (options_.prompt_cache != nullptr) {
       stats_.saved_states = static_cast<int64_t>(options_.prompt_cache->states_in_memory());

@@ -8,6 +8,9 @@
 // that outlives a restart), every request keeps its state one token short of its prompt's end,
 // after its prompt and at its end, and a new request resumes the longest cached state its tokens
 // extend: the tokens and logits are the same as running the whole prompt, only fewer tokens run.
+//
+// Draining (Drain, on SIGTERM): new requests are refused as unavailable (HTTP 503) while those
+// in flight, live or waiting, run to their end.
 #pragma once
 
 #include <atomic>
@@ -101,6 +104,17 @@ struct ServiceStats {
   int64_t layers_run = 0;  // by the engine, over every step
   double last_step_seconds = 0;
   std::vector<io::DeviceReport> devices;  // each drive read from, since the engine opened
+  // The state memory, for the gateway's gauges (docs/SCALE.md): the places of the batch, what
+  // the live sequences' states hold now, and what the plan reserves for the batch's states (each
+  // at the planned context). Saved states (the prompt cache) are not counted: they are
+  // evictable, as vLLM counts its cached free blocks.
+  int64_t places = 0;
+  uint64_t live_state_bytes = 0;
+  uint64_t state_bytes_capacity = 0;
+  int64_t planned_states = 0;  // states the plan reserves: the batch's and the saved ones
+  int64_t context = 0;         // tokens a state holds at most
+  bool prefix_cache = false;   // a request may resume a saved state
+  bool draining = false;       // Drain was called: no new requests
 };
 
 class GenerationService {
@@ -117,6 +131,10 @@ class GenerationService {
                                               bool prompt_logprobs = false);
   // Ends the live jobs as interrupted and the engine thread; idempotent.
   void Stop();
+  // Refuses new requests (Unavailable) from now on; those in flight go on to their end.
+  void Drain();
+  // Requests submitted and not yet ended (live or waiting).
+  int64_t in_flight() const;
 
   ServiceStats stats() const;
   // The engine seen live (GET /k3/events): each step's figures, while a client listens.
@@ -130,7 +148,8 @@ class GenerationService {
   BatchEvents Events();
   void OnDone(BatchResult& result);
   void End(Job& job, FinishReason finish, absl::Status status);  // the job's last word
-  void PublishStep();  // the last step's figures to events_
+  void PublishGauges();  // the scheduler's live and waiting sequences into stats_ (mu_ held)
+  void PublishStep();    // the last step's figures to events_
 
   const Engine& engine_;  // its layer clock and context
   ServiceOptions options_;
@@ -142,6 +161,7 @@ class GenerationService {
   std::vector<std::shared_ptr<Job>> inbox_;
   int64_t in_flight_ = 0;  // submitted and not yet ended
   bool stopping_ = false;
+  bool draining_ = false;
   ServiceStats stats_;
   int64_t prompt_cache_hits_ = 0;  // requests resumed from the prompt cache (engine thread)
   // The drives as of the last step published, and its number (engine thread).

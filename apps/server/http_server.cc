@@ -14,6 +14,7 @@
 #include "apps/device_report.h"
 #include "apps/server/anthropic_request.h"
 #include "apps/server/engine_events.h"
+#include "apps/server/gateway_metrics.h"
 #include "apps/server/http_internal.h"
 #include "apps/server/page_routes.h"
 #include "core/text/grammar/token_mask.h"
@@ -145,8 +146,10 @@ void HttpServer::Routes() {
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // The page is public: it asks for the key and sends it on the API calls.
-    if (options_.api_key.empty() || req.path == "/health" || IsPagePath(req.path))
+    // The probes and the gateway's scrapes carry no key (vLLM leaves /metrics open too). The
+    // page is public: it asks for the key and sends it on the API calls.
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/metrics" ||
+        IsPagePath(req.path))
       return httplib::Server::HandlerResponse::Unhandled;
     // Anthropic's clients send the key as x-api-key.
     const std::string want = "Bearer " + options_.api_key;
@@ -229,9 +232,14 @@ void HttpServer::Routes() {
         {"owned_by", "k3"},        {"max_model_len", context}, {"context_length", context}};
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
+  // Ready once it answers at all (the server listens only after the model is open); 503 while
+  // draining, so that a readiness probe takes the replica out of the pool.
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const ServiceStats st = service_.stats();
-    res.set_content(Dump({{"status", "ok"}, {"live", st.live}, {"queued", st.queued}}),
+    if (st.draining) res.status = 503;
+    res.set_content(Dump({{"status", st.draining ? "draining" : "ok"},
+                          {"live", st.live},
+                          {"queued", st.queued}}),
                     "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -301,7 +309,7 @@ std::string HttpServer::Metrics() const {
   metric("k3_disk_busy_ratio", "gauge", "Disk busy seconds over step seconds, over the run.");
   absl::StrAppend(&out, "k3_disk_busy_ratio ", m.seconds > 0 ? m.disk_busy_seconds / m.seconds : 0,
                   "\n");
-  absl::StrAppend(&out, DevicesMetrics(st.devices));
+  absl::StrAppend(&out, DevicesMetrics(st.devices), GatewayMetrics(st));
   return out;
 }
 

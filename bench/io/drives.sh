@@ -11,8 +11,11 @@
 #   one        the model's directory alone, capped at 1 GB/s
 #   three      three drives of 1 GB/s (the model's directory and two volumes)
 #   mixed      three drives of 2, 1 and 0.2 GB/s
-#   striped    k3 stripe over three directories of 1 GB/s (weights 1,1,1), the model's
-#              directory uncapped but holding no striped expert that is read
+#   striped    k3 stripe over three directories of 1 GB/s (weights 1,1,1, the default layout:
+#              every expert sliced over the three), the model's directory uncapped but holding
+#              no striped expert that is read
+#   striped-mixed    the same over drives of 2, 1 and 0.2 GB/s (weights 2,1,0.2)
+#   striped-experts  whole experts dealt over three of 1 GB/s (--layout experts), for comparison
 #   disk1      the real disk, one directory
 #   disk2      the real disk, two directories (one queue)
 #
@@ -20,7 +23,9 @@
 # summed caps are 3.0 and 3.2 GB/s). UNIT (MB/s, default 1000) scales every cap: UNIT=500 halves
 # them for a disk that gives less than about 3.5 GB/s to three readers.
 #
-# Usage: [UNIT=500] bench/io/drives.sh MODEL_DIR [BUILD_DIR] [REPEAT]
+# ROWS (default: all, in the order above) picks rows; "one" always runs (the reference).
+#
+# Usage: [UNIT=500] [ROWS="three striped"] bench/io/drives.sh MODEL_DIR [BUILD_DIR] [REPEAT]
 #        (MODEL_DIR e.g. a `k3 synth --preset bench`)
 set -eu
 MODEL=$1
@@ -37,13 +42,26 @@ trap 'rm -rf "$OUT"' EXIT
 # The volumes live beside the model, on its file system (hard links need that).
 VOL=$(mktemp -d "$MODEL/../k3-drives-volumes.XXXXXX")
 trap 'rm -rf "$OUT" "$VOL"' EXIT
-mkdir -p "$VOL/b" "$VOL/c" "$VOL/s1" "$VOL/s2" "$VOL/s3"
+ROWS=${ROWS:-three mixed striped striped-mixed striped-experts disk1 disk2}
+ROWS="one $(echo "$ROWS" | tr ' ' '\n' | grep -vx one | tr '\n' ' ')"
+has() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
+mkdir -p "$VOL/b" "$VOL/c"
 for f in "$MODEL"/*.safetensors; do ln "$f" "$VOL/b/"; ln "$f" "$VOL/c/"; done
-echo "striping the experts over three directories" >&2
-"$K3" stripe -m "$MODEL" --out "$VOL/s1,$VOL/s2,$VOL/s3" --weights 1,1,1 --quiet >&2
+stripe() {  # ROW WEIGHTS FLAGS...: the row's three directories $VOL/ROW.1 .. .3
+  if has "$1"; then
+    echo "striping the experts for $1 (weights $2)" >&2
+    dirs="$VOL/$1.1,$VOL/$1.2,$VOL/$1.3" weights=$2
+    shift 2
+    "$K3" stripe -m "$MODEL" --out "$dirs" --weights "$weights" --quiet "$@" >&2
+  fi
+}
+stripe striped 1,1,1
+stripe striped-mixed 2,1,0.2
+stripe striped-experts 1,1,1 --layout experts
 IDS=$($PY -c "print(','.join(str((i*7919)%32000+5) for i in range(8)))")
 
-run() {  # NAME REP FLAGS...
+run() {  # NAME REP FLAGS... (nothing unless ROWS has NAME)
+  has "$1" || return 0
   name=$1 rep=$2
   shift 2
   "$K3" generate -m "$MODEL" --ids "$IDS" -n "$TOKENS" --ignore-eos --ram-gb "$RAM" --quiet \
@@ -58,18 +76,23 @@ for rep in $(seq 1 "$REPEAT"); do
     --volume "$VOL/c@$(cap 10)"
   run mixed "$rep" --storage-profile "$(cap 20)" --volume "$VOL/b@$(cap 10)" \
     --volume "$VOL/c@$(cap 2)"
-  run striped "$rep" --volume "$VOL/s1@$(cap 10)" --volume "$VOL/s2@$(cap 10)" \
-    --volume "$VOL/s3@$(cap 10)"
+  for s in striped striped-experts; do
+    run $s "$rep" --volume "$VOL/$s.1@$(cap 10)" --volume "$VOL/$s.2@$(cap 10)" \
+      --volume "$VOL/$s.3@$(cap 10)"
+  done
+  run striped-mixed "$rep" --volume "$VOL/striped-mixed.1@$(cap 20)" \
+    --volume "$VOL/striped-mixed.2@$(cap 10)" --volume "$VOL/striped-mixed.3@$(cap 2)"
   run disk1 "$rep"
   run disk2 "$rep" --volume "$VOL/b"
 done
 
-$PY - "$OUT" "$REPEAT" "$UNIT" <<'EOF'
+$PY - "$OUT" "$REPEAT" "$UNIT" $ROWS <<'EOF'
 import json, statistics, sys
 out, repeat, unit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) / 1000
-caps = {k: v * unit for k, v in {"one": 1.0, "three": 3.0, "mixed": 3.2, "striped": 3.0}.items()}
+caps = {k: v * unit for k, v in {"one": 1.0, "three": 3.0, "mixed": 3.2, "striped": 3.0,
+                                 "striped-mixed": 3.2, "striped-experts": 3.0}.items()}
 rows, base = {}, None
-for name in ["one", "three", "mixed", "striped", "disk1", "disk2"]:
+for name in sys.argv[4:]:
     runs = [json.load(open(f"{out}/{name}.{r}.json")) for r in range(1, repeat + 1)]
     per_run = []
     for j in runs:

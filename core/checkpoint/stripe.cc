@@ -168,12 +168,17 @@ absl::Status CheckAgainst(const Checkpoint& ckpt, const StripeManifest& m) {
     const bool moe =
         e.layer >= c.first_k_dense_replace && e.layer < c.num_layers && e.expert < c.num_experts;
     const ExpertLocation* loc = moe ? &ckpt.expert(e.layer, e.expert) : nullptr;
-    if (loc == nullptr || !loc->contiguous() || loc->spans[0].shard != shards.at(e.shard) ||
-        loc->spans[0].offset != e.offset || loc->spans[0].length != e.length) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(m.path, ": expert ", e.expert, " of layer ", e.layer,
-                       " is recorded at offset ", e.offset, " (", e.length, " bytes) of ", e.shard,
-                       ", which is not where the checkpoint has it as one span: re-run k3 stripe"));
+    // Where the extent must be: the expert's span, or this directory's piece of it.
+    ByteSpan want = loc != nullptr && loc->contiguous() ? loc->spans[0] : ByteSpan{.shard = -1};
+    if (m.layout == StripeLayout::kSlices && want.shard >= 0) {
+      want = SliceOf(want, m.weights, m.directory);
+    }
+    if (want.shard != shards.at(e.shard) || want.offset != e.offset || want.length != e.length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          m.path, ": expert ", e.expert, " of layer ", e.layer, " is recorded at offset ", e.offset,
+          " (", e.length, " bytes) of ", e.shard, ", which is not where the checkpoint has ",
+          m.layout == StripeLayout::kSlices ? "this directory's slice of it" : "it as one span",
+          ": re-run k3 stripe"));
     }
   }
   for (const StripeManifest::File& f : m.files) {
@@ -267,10 +272,14 @@ StripeManifest PlanDirectory(const Checkpoint& ckpt, const StripePlan& plan, int
   m.directories = plan.directories();
   m.weights = plan.weights;
   m.copies = plan.copies;
+  m.layout = plan.layout;
   std::vector<std::pair<ByteSpan, std::pair<int64_t, int64_t>>> spans;
   for (int64_t l = 0; l < plan.num_layers; ++l) {
     for (int64_t e = 0; e < plan.num_experts; ++e) {
-      if (plan.Holds(d, l, e)) spans.push_back({ckpt.expert(l, e).spans[0], {l, e}});
+      if (!plan.Holds(d, l, e)) continue;
+      ByteSpan span = ckpt.expert(l, e).spans[0];
+      if (plan.layout == StripeLayout::kSlices) span = SliceOf(span, plan.weights, d);
+      if (span.length > 0) spans.push_back({span, {l, e}});
     }
   }
   std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {

@@ -25,20 +25,36 @@ namespace k3 {
 inline constexpr char kStripeManifestFile[] = "k3-stripe.json";
 inline constexpr char kStripeDataFile[] = "k3-experts.stripe";
 inline constexpr char kStripeFormat[] = "k3-stripe";
-inline constexpr int kStripeVersion = 1;
+// 2 added "layout" (slices); version 1 manifests hold whole experts and are still read.
+inline constexpr int kStripeVersion = 2;
 // An extent's offset in the data file has its source offset's remainder modulo this.
 inline constexpr uint64_t kStripeAlignment = 4096;
 inline constexpr int kMaxStripeDirectories = 64;
 
-// Which directories hold each routed expert: `copies` distinct ones each.
+// How a striped layout spreads a layer's experts over the directories.
+enum class StripeLayout {
+  // Each expert cut into one piece per directory, each piece's length in proportion to the
+  // directory's weight (cuts at 4 KiB boundaries of the shard): every read of an expert keeps
+  // every drive busy for the same time, whichever experts a token routes to. The default.
+  kSlices,
+  // Whole experts dealt over the directories by weight: a token's 16 experts of a layer land on
+  // the drives unevenly (by chance, about 1.4x the mean on the busiest of three), so a layer
+  // waits for its busiest drive. With copies > 1 the reader balances between the copies.
+  kExperts,
+};
+
+// Which directories hold each routed expert: `copies` distinct ones each, or (kSlices) a piece
+// of it in every directory.
 struct StripePlan {
   std::vector<double> weights;  // one per directory, as given (positive)
-  int copies = 1;               // directories per striped expert, in [1, directories()]
+  StripeLayout layout = StripeLayout::kExperts;
+  int copies = 1;  // directories per striped expert, in [1, directories()]
   int64_t num_layers = 0;
   int64_t num_experts = 0;
   // [(layer * num_experts + e) * copies + j]: the directory of copy j of the expert (distinct
   // for j in [0, copies)), or -1 where it is not striped (dense layers, and experts whose parts
-  // are not one contiguous span: those stay in the shards only).
+  // are not one contiguous span: those stay in the shards only). kSlices: 0 for a striped
+  // expert (every directory holds a piece of it: SliceOf).
   std::vector<int> dir;
   // [layer][directory]: the striped bytes of the layer on the directory.
   std::vector<std::vector<uint64_t>> layer_bytes;
@@ -49,6 +65,7 @@ struct StripePlan {
   int DirOf(int64_t layer, int64_t e) const { return dir[(layer * num_experts + e) * copies]; }
   // The directories of all its copies (all -1 when not striped).
   std::vector<int> DirsOf(int64_t layer, int64_t e) const;
+  // Whether directory d holds the expert, or (kSlices) a piece of it that may be empty.
   bool Holds(int d, int64_t layer, int64_t e) const;
   int64_t StripedExperts() const;  // experts with copies, each counted once
   uint64_t DirectoryBytes(int d) const;
@@ -72,8 +89,21 @@ struct StripePlan {
 // (and taking a directory first when it needs every expert left to reach its count), so the
 // experts any two directories share are spread over the ids. InvalidArgument for K outside
 // [1, weights.size()].
+//
+// With kSlices (copies must be 1) every contiguous expert is cut into pieces by SliceOf.
 absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<double> weights,
-                                       int copies = 1);
+                                       int copies = 1,
+                                       StripeLayout layout = StripeLayout::kExperts);
+
+// Directory d's piece of an expert's span in a sliced layout: the span cut at the multiples of
+// kStripeAlignment of the shard nearest to its weighted cumulative shares, so that each piece
+// starts at a 4 KiB boundary (but the first) and is its weight's share within 4 KiB. May be
+// empty (length 0) for a tiny expert or weight.
+ByteSpan SliceOf(const ByteSpan& span, const std::vector<double>& weights, int d);
+
+// "slices" or "experts", and back (InvalidArgument naming the text).
+std::string_view StripeLayoutName(StripeLayout layout);
+absl::StatusOr<StripeLayout> ParseStripeLayout(std::string_view text);
 
 // One directory's share of a plan against its weight.
 // With K copies the shares are of one copy of the striped experts: they add up to K.

@@ -26,7 +26,7 @@ absl::Status ParseStripeHeader(const ManifestReader& r, const json& root, Stripe
   }
   auto version = r.U64(root, "version", "");
   if (!version.ok()) return version.status();
-  if (*version != kStripeVersion) {
+  if (*version < 1 || *version > kStripeVersion) {  // 1: before layouts (whole experts)
     return r.Error("version", absl::StrCat(*version, " is not supported (this k3 reads version ",
                                            kStripeVersion, "; re-run k3 stripe)"));
   }
@@ -60,6 +60,16 @@ absl::Status ParseStripeHeader(const ManifestReader& r, const json& root, Stripe
                      absl::StrCat(*copies, " is not in [1, directories (", *directories, ")]"));
     }
     m.copies = static_cast<int>(*copies);
+  }
+  if (root.contains("layout")) {
+    auto layout = r.String(root, "layout", "");
+    if (!layout.ok()) return layout.status();
+    auto parsed = ParseStripeLayout(*layout);
+    if (!parsed.ok()) return r.Error("layout", std::string(parsed.status().message()));
+    m.layout = *parsed;
+  }
+  if (m.layout == StripeLayout::kSlices && m.copies != 1) {
+    return r.Error("copies", absl::StrCat(m.copies, " with layout \"slices\" (one copy)"));
   }
   auto weights = r.Array(root, "weights", "");
   if (!weights.ok()) return weights.status();
@@ -226,6 +236,7 @@ std::string StripeManifestText(const StripeManifest& m) {
   head["directory"] = m.directory;
   head["directories"] = m.directories;
   head["copies"] = m.copies;
+  head["layout"] = std::string(StripeLayoutName(m.layout));
   head["weights"] = m.weights;
   head["alignment"] = kStripeAlignment;
   head["files"] = std::move(files);

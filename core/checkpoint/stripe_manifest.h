@@ -28,6 +28,9 @@ struct StripeManifest {
   int directory = 0;
   int directories = 1;
   int copies = 1;  // directories each expert was written to (information; absent in old ones)
+  // kSlices: each extent is this directory's piece of its expert (SliceOf with `weights`);
+  // manifests before slices have no "layout" and hold whole experts.
+  StripeLayout layout = StripeLayout::kExperts;
   std::vector<double> weights;
   std::vector<File> files;
   std::vector<Shard> shards;

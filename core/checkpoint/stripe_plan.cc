@@ -201,6 +201,7 @@ std::vector<int> StripePlan::DirsOf(int64_t layer, int64_t e) const {
 }
 
 bool StripePlan::Holds(int d, int64_t layer, int64_t e) const {
+  if (layout == StripeLayout::kSlices) return DirOf(layer, e) >= 0;
   const auto first = dir.begin() + (layer * num_experts + e) * copies;
   return std::find(first, first + copies, d) != first + copies;
 }
@@ -224,7 +225,7 @@ uint64_t StripePlan::TotalBytes() const {
 }
 
 absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<double> weights,
-                                       int copies) {
+                                       int copies, StripeLayout layout) {
   if (weights.empty() || weights.size() > static_cast<size_t>(kMaxStripeDirectories)) {
     return absl::InvalidArgumentError(absl::StrCat("stripes need 1 to ", kMaxStripeDirectories,
                                                    " directories, not ", weights.size()));
@@ -236,6 +237,10 @@ absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<doubl
     }
   }
   const int n = static_cast<int>(weights.size());
+  if (layout == StripeLayout::kSlices && copies != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stripe copies ", copies, ": a sliced layout has one copy (a piece on every directory)"));
+  }
   if (copies < 1 || copies > n) {
     return absl::InvalidArgumentError(absl::StrCat("stripe copies ", copies, " is not in [1, ", n,
                                                    "] (distinct directories an expert)"));
@@ -243,6 +248,7 @@ absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<doubl
   const ModelConfig& c = ckpt.config();
   StripePlan plan;
   plan.weights = std::move(weights);
+  plan.layout = layout;
   plan.copies = copies;
   plan.num_layers = c.num_layers;
   plan.num_experts = c.num_experts;
@@ -257,6 +263,15 @@ absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<doubl
       } else {
         ++plan.unstriped;
       }
+    }
+    if (layout == StripeLayout::kSlices) {
+      for (int64_t e : ids) {
+        plan.dir[l * c.num_experts + e] = 0;
+        for (int d = 0; d < n; ++d) {
+          plan.layer_bytes[l][d] += SliceOf(ckpt.expert(l, e).spans[0], plan.weights, d).length;
+        }
+      }
+      continue;
     }
     const int64_t m = static_cast<int64_t>(ids.size());
     const std::vector<int64_t> counts = LayerCounts(m, plan.weights, l);
@@ -277,6 +292,36 @@ absl::StatusOr<StripePlan> PlanStripes(const Checkpoint& ckpt, std::vector<doubl
     }
   }
   return plan;
+}
+
+ByteSpan SliceOf(const ByteSpan& span, const std::vector<double>& weights, int d) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const uint64_t end = span.offset + span.length;
+  // Cut k (0 < k < n) at the 4 KiB boundary nearest the span's offset plus the weights before k.
+  auto cut = [&](int k) -> uint64_t {
+    if (k <= 0) return span.offset;
+    if (k >= static_cast<int>(weights.size())) return end;
+    const double before = std::accumulate(weights.begin(), weights.begin() + k, 0.0);
+    const double at =
+        static_cast<double>(span.offset) + static_cast<double>(span.length) * before / total;
+    const uint64_t aligned =
+        static_cast<uint64_t>(std::llround(at / kStripeAlignment)) * kStripeAlignment;
+    return std::clamp(aligned, span.offset, end);
+  };
+  // Cuts are monotonic in k (the weights are positive), so the pieces tile the span.
+  const uint64_t begin = cut(d), stop = cut(d + 1);
+  return {.shard = span.shard, .offset = begin, .length = stop - begin};
+}
+
+std::string_view StripeLayoutName(StripeLayout layout) {
+  return layout == StripeLayout::kSlices ? "slices" : "experts";
+}
+
+absl::StatusOr<StripeLayout> ParseStripeLayout(std::string_view text) {
+  if (text == "slices") return StripeLayout::kSlices;
+  if (text == "experts") return StripeLayout::kExperts;
+  return absl::InvalidArgumentError(
+      absl::StrCat("stripe layout \"", std::string(text), "\" is not \"slices\" or \"experts\""));
 }
 
 std::vector<StripeShare> StripeShares(const StripePlan& plan) {

@@ -153,7 +153,7 @@ TEST_P(ServeErrorsTest, AnsweredWithTheStatusAndTheApiErrorShape) {
 INSTANTIATE_TEST_SUITE_P(Catalogue, ServeErrorsTest, ::testing::ValuesIn(kCatalogue),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(ServeAuthTest, WithAnApiKeyMissingOrWrongKeysGet401AndHealthStaysOpen) {
+TEST(ServeAuthTest, WithAnApiKeyMissingOrWrongKeysGet401AndHealthAndMetricsStayOpen) {
   testing::TempDir dir;
   ASSERT_EQ(testing::SynthServeModel(dir / "m"), 0);
   ServeProcess server({"-m", dir / "m", "--api-key", "sesame", "--quiet"});
@@ -172,6 +172,7 @@ TEST(ServeAuthTest, WithAnApiKeyMissingOrWrongKeysGet401AndHealthStaysOpen) {
   }
   EXPECT_EQ(testing::Curl(server.url("/v1/models")).status, 401);
   EXPECT_EQ(testing::Curl(server.url("/health")).status, 200);
+  EXPECT_EQ(testing::Curl(server.url("/metrics")).status, 200);  // the gateway's scrapes
   EXPECT_EQ(server.Stop(), 0);
 }
 

@@ -27,7 +27,8 @@ namespace k3::testing {
 using json = nlohmann::json;
 
 // `k3 serve --port 0 ARGS` in the background, stderr to a file; the port from its
-// "listening on" line. Stop() sends SIGTERM and returns the exit code.
+// "listening on" line. Stop() sends SIGTERM and returns the exit code (Signal and Wait apart,
+// to watch it drain).
 class ServeProcess {
  public:
   explicit ServeProcess(std::vector<std::string> args) {
@@ -69,8 +70,15 @@ class ServeProcess {
   }
 
   int Stop() {
+    Signal(SIGTERM);
+    return Wait();
+  }
+  void Signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Until the server exits: its exit code (128 + the signal that killed it).
+  int Wait() {
     if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -118,14 +126,18 @@ inline HttpResult PostJson(const ServeProcess& s, const std::string& path, const
   return Curl(s.url(path), args);
 }
 
-// The value of one sample of /metrics ("name{labels}"), or -1 when it is absent.
-inline double Metric(const ServeProcess& s, const std::string& sample) {
-  const std::string text = Curl(s.url("/metrics")).body;
+// The value of one sample ("name{labels}") in the text of /metrics, or -1 when it is absent.
+inline double MetricIn(const std::string& text, const std::string& sample) {
   const std::string key = sample + " ";
   for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
     if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + key.size()));
   }
   return -1;
+}
+
+// The same, scraped from the server now.
+inline double Metric(const ServeProcess& s, const std::string& sample) {
+  return MetricIn(Curl(s.url("/metrics")).body, sample);
 }
 
 // Polls /metrics until `sample` reaches `value` (a minute at most, for a loaded machine).
@@ -136,6 +148,46 @@ inline bool WaitForMetric(const ServeProcess& s, const std::string& sample, doub
   }
   return false;
 }
+
+// Polls GET `path` until it answers `status` (a minute at most, for a loaded machine).
+inline bool WaitForStatus(const ServeProcess& s, const std::string& path, int status) {
+  for (int i = 0; i < 1200; ++i) {
+    if (Curl(s.url(path)).status == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Streaming completions by curl in the background, each into its own file.
+class Streams {
+ public:
+  ~Streams() { Kill(); }
+  void Start(const ServeProcess& server, const json& body) {
+    const std::string out = io_ / std::to_string(count_++);
+    const std::string cmd = "curl -sN -H 'Content-Type: application/json' --data-binary " +
+                            testing::ShellQuote(body.dump()) + " " + server.url("/v1/completions") +
+                            " > " + out + " 2>&1 & echo $! >> " + io_ / "pids";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  std::string Output(int i) const { return testing::ReadAll(io_ / std::to_string(i)); }
+  // Until every curl has ended (a minute at most): whether they did.
+  bool WaitAll() const {
+    const std::string wait = "for i in $(seq 1200); do alive=0; for p in $(cat " + io_ / "pids" +
+                             "); do kill -0 $p 2>/dev/null && alive=1; done; "
+                             "[ $alive = 0 ] && exit 0; sleep 0.05; done; exit 1";
+    return std::system(wait.c_str()) == 0;
+  }
+  // Ends the curls started so far (their clients gone, as a disconnect).
+  void Kill() {
+    if (count_ == 0) return;
+    const std::string pids = io_ / "pids";
+    std::system(("kill $(cat " + pids + ") 2>/dev/null; : > " + pids).c_str());
+  }
+
+ private:
+  testing::TempDir io_;
+  int count_ = 0;
+};
 
 // Runs requests through a client script (tests/apps/*.cjs) of the npm `packages`, all at once,
 // against `base_url`; one result each.

@@ -246,8 +246,9 @@ TEST_F(ServeTest, AFullQueueAnswers429WithRetryAfter) {
   EXPECT_EQ(server.Stop(), 0);
 }
 
+// With no time to drain (serve_gateway_test.cc drains).
 TEST_F(ServeTest, SigtermEndsTheLiveStreamsWithAnErrorEventAndExitsZero) {
-  ServeProcess server({"-m", model(), "--batch", "1"});
+  ServeProcess server({"-m", model(), "--batch", "1", "--drain-seconds", "0"});
   testing::TempDir io;
   const std::string cmd =
       "curl -sN -H 'Content-Type: application/json' --data-binary " +

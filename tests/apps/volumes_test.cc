@@ -143,5 +143,29 @@ TEST_F(VolumesCliTest, ACopyThatDiffersIsRefusedByNameAndTheTokensStayTheSame) {
   EXPECT_THAT(verify.err + verify.out, HasSubstr(copy));
 }
 
+TEST_F(VolumesCliTest, StripesInEitherLayoutGiveTheSameTokensReadFromTheStripeDrives) {
+  auto alone = RunK3(Args({}));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  for (const char* layout : {"slices", "experts"}) {
+    SCOPED_TRACE(layout);
+    const std::string s = dir_ / layout;
+    const std::string dirs = s + "1," + s + "2," + s + "3";
+    auto striped = RunK3({"stripe", "-m", dir_ / "m", "--out", dirs, "--weights", "2,1,1",
+                          "--layout", layout, "--quiet"});
+    ASSERT_EQ(striped.exit_code, 0) << striped.err;
+    // The model's directory slow, the stripes' drives fast: striped experts come from them.
+    auto r = RunK3(Args({"--storage-profile", "bw=20MB/s", "--volume", s + "1@bw=4000MB/s",
+                         "--volume", s + "2@bw=4000MB/s", "--volume", s + "3@bw=4000MB/s",
+                         "--report-json", dir_ / "r.json"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, alone.out);
+    EXPECT_EQ(Warnings(r.err), 0) << r.err;
+    std::ifstream in(dir_ / "r.json");
+    const auto report = nlohmann::json::parse(in);
+    ASSERT_THAT(report["devices"], SizeIs(4));
+    for (size_t i = 1; i < 4; ++i) EXPECT_GT(report["devices"][i]["bytes"].get<uint64_t>(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace k3

@@ -52,8 +52,9 @@ class StripeTest : public ::testing::Test {
     ckpt_ = *std::move(ckpt);
   }
 
-  StripePlan Plan(const std::vector<double>& weights, int copies = 1) {
-    auto plan = PlanStripes(*ckpt_, weights, copies);
+  StripePlan Plan(const std::vector<double>& weights, int copies = 1,
+                  StripeLayout layout = StripeLayout::kExperts) {
+    auto plan = PlanStripes(*ckpt_, weights, copies, layout);
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : StripePlan{};
   }
@@ -65,9 +66,10 @@ class StripeTest : public ::testing::Test {
   }
 
   // Stripes the model over `weights.size()` directories.
-  std::vector<std::string> Stripe(const std::vector<double>& weights, int copies = 1) {
+  std::vector<std::string> Stripe(const std::vector<double>& weights, int copies = 1,
+                                  StripeLayout layout = StripeLayout::kExperts) {
     const auto dirs = Dirs(static_cast<int>(weights.size()));
-    absl::Status s = WriteStripes(*ckpt_, Plan(weights, copies), dirs);
+    absl::Status s = WriteStripes(*ckpt_, Plan(weights, copies, layout), dirs);
     EXPECT_TRUE(s.ok()) << s;
     return dirs;
   }
@@ -220,7 +222,8 @@ TEST_F(StripeTest, WrittenStripesLoadWithEveryExpertsBytesOnce) {
   for (int d = 0; d < 3; ++d) {
     const ojson m = ReadManifest(dirs[d]);
     EXPECT_EQ(m["format"], "k3-stripe");
-    EXPECT_EQ(m["version"], 1);
+    EXPECT_EQ(m["version"], kStripeVersion);
+    EXPECT_EQ(m["layout"], "experts");
     EXPECT_EQ(m["fingerprint"], ckpt_->config().Fingerprint());
     EXPECT_EQ(m["directory"], d);
     EXPECT_EQ(m["directories"], 3);
@@ -476,9 +479,85 @@ TEST_F(StripeTest, AManifestThatDisagreesWithTheCheckpointNamesTheKey) {
   EXPECT_THAT(LoadError(dirs, absl::StatusCode::kInvalidArgument),
               AllOf(HasSubstr(Manifest(dirs[1])), HasSubstr("not where the checkpoint has it")));
   Stripe({1, 1});
-  EditManifest(dirs[1], [](ojson& j) { j["version"] = 2; });
+  EditManifest(dirs[1], [](ojson& j) { j["version"] = kStripeVersion + 1; });
   EXPECT_THAT(LoadError(dirs, absl::StatusCode::kInvalidArgument),
               AllOf(HasSubstr(Manifest(dirs[1])), HasSubstr("version")));
+}
+
+TEST(SliceOfTest, PiecesTileTheSpanAt4KiBCutsEachWithin4KiBOfItsWeight) {
+  // A released expert's size at an odd offset, and skewed weights.
+  const ByteSpan span = {.shard = 3, .offset = 123456789, .length = 17'547'264};
+  for (const std::vector<double>& weights :
+       std::vector<std::vector<double>>{{1, 1, 1}, {2, 1, 0.2}, {5}, {1, 1e-6, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(weights));
+    const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+    uint64_t at = span.offset;
+    for (int d = 0; d < static_cast<int>(weights.size()); ++d) {
+      const ByteSpan piece = SliceOf(span, weights, d);
+      EXPECT_EQ(piece.shard, span.shard);
+      EXPECT_EQ(piece.offset, at);
+      if (d > 0) {
+        EXPECT_EQ(piece.offset % kStripeAlignment, 0u);
+      }
+      EXPECT_NEAR(static_cast<double>(piece.length),
+                  static_cast<double>(span.length) * weights[d] / total, kStripeAlignment);
+      at += piece.length;
+    }
+    EXPECT_EQ(at, span.offset + span.length);
+  }
+}
+
+TEST_F(StripeTest, SlicesPutAPieceOfEveryExpertOnEveryDirectoryAndLoadByteExact) {
+  EXPECT_FALSE(PlanStripes(*ckpt_, {1, 1}, 2, StripeLayout::kSlices).ok());  // one copy only
+  const std::vector<double> weights = {2, 1, 1};
+  const StripePlan plan = Plan(weights, 1, StripeLayout::kSlices);
+  const auto dirs = Stripe(weights, 1, StripeLayout::kSlices);
+  auto extents = LoadStripes(*ckpt_, dirs);
+  ASSERT_TRUE(extents.ok()) << extents.status();
+  // Each expert's pieces, in every directory that has a non-empty one, tile its span.
+  std::map<std::pair<int64_t, int64_t>, std::vector<const StripeExtent*>> pieces;
+  for (const StripeExtent& e : *extents) pieces[{e.layer, e.expert}].push_back(&e);
+  const ModelConfig& c = ckpt_->config();
+  ASSERT_EQ(pieces.size(), static_cast<size_t>((c.num_layers - 1) * c.num_experts));
+  uint64_t bytes = 0;
+  for (const auto& [id, list] : pieces) {
+    SCOPED_TRACE(absl::StrCat("layer ", id.first, " expert ", id.second));
+    const ByteSpan span = ckpt_->expert(id.first, id.second).spans[0];
+    uint64_t at = span.offset;
+    for (const StripeExtent* e : list) {
+      EXPECT_EQ(e->offset, at);
+      at += e->length;
+      bytes += e->length;
+      std::vector<uint8_t> want(e->length), got(e->length);
+      ASSERT_TRUE(ckpt_->ReadSpan({span.shard, e->offset, e->length}, want).ok());
+      auto file = io::RandomAccessFile::Open(e->path);
+      ASSERT_TRUE(file.ok());
+      ASSERT_TRUE((*file)->ReadAt(e->at, got).ok());
+      EXPECT_TRUE(want == got);
+    }
+    EXPECT_EQ(at, span.offset + span.length);
+  }
+  EXPECT_EQ(bytes, plan.TotalBytes());
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(ReadManifest(dirs[d])["layout"], "slices");
+    EXPECT_EQ(ReadManifest(dirs[d])["version"], kStripeVersion);
+  }
+  EXPECT_TRUE(VerifyStripes(*ckpt_, dirs).ok());
+  // A piece recorded as another directory's slice is refused.
+  EditManifest(dirs[0], [](ojson& j) { j["weights"] = ojson({1.0, 1.0, 1.0}); });
+  EXPECT_THAT(LoadError(dirs, absl::StatusCode::kInvalidArgument),
+              AllOf(HasSubstr(Manifest(dirs[0])), HasSubstr("slice")));
+}
+
+TEST_F(StripeTest, AVersion1ManifestOfWholeExpertsStillLoads) {
+  const auto dirs = Stripe({1, 1});
+  for (const std::string& dir : dirs) {
+    EditManifest(dir, [](ojson& j) {
+      j["version"] = 1;
+      j.erase("layout");
+    });
+  }
+  EXPECT_TRUE(LoadStripes(*ckpt_, dirs).ok());
 }
 
 TEST_F(StripeTest, RewritingReplacesTheStripesAndAMismatchedPlanIsRefused) {

@@ -290,6 +290,43 @@ TEST_F(ReadRouterTest, AStripedRangeIsReadFromItsStripeNotFromTheFile) {
   EXPECT_FALSE(id.ok());
 }
 
+TEST_F(ReadRouterTest, AReadOverSlicesOnThreeDrivesTakesEachPieceFromItsDrive) {
+  // A sliced layout: the range [100, 6 MiB + 100) cut at 4 KiB boundaries into three pieces, each
+  // in its own drive's stripe file; the model's file has given the range back (zeros).
+  const uint64_t begin = 100, end = (6 << 20) + 100;
+  const std::vector<uint64_t> cuts = {begin, 3 << 20, (5 << 20) + 4096, end};
+  TestFile punched = file_;
+  std::fill(punched.bytes.begin() + begin, punched.bytes.begin() + end, 0);
+  std::vector<Extent> stripes;
+  std::vector<std::string> specs;
+  for (int d = 0; d < 3; ++d) {
+    const std::string s = dir_ / ("s" + std::to_string(d));
+    std::filesystem::create_directories(s);
+    const uint64_t at = cuts[d] % 4096;  // the piece's offset in its file: same modulo 4096
+    std::string piece(at + (cuts[d + 1] - cuts[d]), '\0');
+    std::copy(file_.bytes.begin() + cuts[d], file_.bytes.begin() + cuts[d + 1], piece.begin() + at);
+    ASSERT_TRUE(WriteFileAtomically(s + "/pieces", piece).ok());
+    stripes.push_back(
+        {.offset = cuts[d], .length = cuts[d + 1] - cuts[d], .path = s + "/pieces", .at = at});
+    specs.push_back(s + "@bw=2GB/s");
+  }
+  ASSERT_TRUE(
+      WriteFileAtomically(file_.path, std::string(punched.bytes.begin(), punched.bytes.end()))
+          .ok());
+  auto router = Open(Options(specs), stripes);
+  ASSERT_NE(router, nullptr);
+  EXPECT_TRUE(ReadAndCheck(*router, begin, end - begin).ok());
+  // Every piece from its own drive, none from the model's file.
+  const std::vector<DeviceReport> devices = router->devices();
+  ASSERT_THAT(devices, SizeIs(4));
+  EXPECT_EQ(devices[0].bytes, 0u);
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(devices[d + 1].bytes, cuts[d + 1] - cuts[d]) << d;
+  // Reads inside one piece and across one cut, at odd offsets.
+  EXPECT_TRUE(ReadAndCheck(*router, (3 << 20) - 5000, 12345).ok());
+  EXPECT_TRUE(ReadAndCheck(*router, 4096 + 7, 70000).ok());
+  EXPECT_TRUE(ReadAndCheck(*router, (5 << 20) + 4096, end - (5 << 20) - 4096).ok());
+}
+
 TEST_F(ReadRouterTest, CancelsWaitsAndLogsAsTheEngineDoes) {
   const std::string a = Volume("a");
   auto router = Open(Options({a + "@bw=200MB/s"}));

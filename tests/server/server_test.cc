@@ -310,6 +310,34 @@ TEST_F(GenerationServiceTest, ManyThreadsSubmittingAtOnceEachGetTheirTokensAlone
   EXPECT_EQ(st.live, 0);
 }
 
+// Draining (SIGTERM in k3 serve): a new job is refused as unavailable, the live one and the one
+// waiting for its place run to their end with the tokens they get alone.
+TEST_F(GenerationServiceTest, ADrainRefusesNewJobsWhileThoseInFlightFinish) {
+  auto engine = Engine::Open(Options(1));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerationService service(**engine, Shape(1, 4));
+  const std::vector<BatchRequest> requests = {Request({3, 5, 7}, 12, 1), Request({3, 5, 8}, 12, 2)};
+  auto a = service.Submit(requests[0]);
+  auto b = service.Submit(requests[1]);
+  ASSERT_TRUE(a.ok() && b.ok());
+  service.Drain();
+  const auto late = service.Submit(Request({4}, 2, 3));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(late.status().message()), ::testing::HasSubstr("draining"));
+  EXPECT_TRUE(service.stats().draining);
+  const Job::Progress pa = Finish(**a);
+  const Job::Progress pb = Finish(**b);
+  EXPECT_TRUE(pa.status.ok() && pb.status.ok()) << pa.status << pb.status;
+  EXPECT_EQ(pa.ids, Alone(**engine, requests[0]));
+  EXPECT_EQ(pb.ids, Alone(**engine, requests[1]));
+  EXPECT_EQ(service.in_flight(), 0);
+  // The usage gauge's terms: nothing live now, one place's state at the planned context.
+  const ServiceStats st = service.stats();
+  EXPECT_EQ(st.live_state_bytes, 0u);
+  EXPECT_EQ(st.state_bytes_capacity, (*engine)->plan().state_bytes);
+  EXPECT_EQ(st.places, 1);
+}
+
 TEST_F(GenerationServiceTest, AnExtendingRequestResumesAndGetsTheSameTokens) {
   auto engine = Engine::Open(Options(3));
   ASSERT_TRUE(engine.ok()) << engine.status();
