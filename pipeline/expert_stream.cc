@@ -13,10 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // How long a demand waits for a cache slot when every slot is pinned or being filled (only
 // prefetches can hold slots then, and those complete or are cancelled).
 constexpr absl::Duration kSlotWait = absl::Seconds(60);
@@ -320,7 +316,7 @@ void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t>
   if (options_.overlap) StartLayer(layer, experts);
   std::lock_guard<std::mutex> lock(mu_);
   ReleaseGuardsLocked(layer);  // the demands hold their own pins now
-  metrics_.fetch_seconds += Since(t0);
+  metrics_.fetch_seconds += SecondsSince(t0);
 }
 
 // ---- compute --------------------------------------------------------------------------------
@@ -373,7 +369,7 @@ absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
     Demand(next);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      metrics_.fetch_seconds += Since(t1);
+      metrics_.fetch_seconds += SecondsSince(t1);
     }
     arrivals.try_put(next);
   });
@@ -391,7 +387,7 @@ absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.clear();
   gateway_ = nullptr;
-  metrics_.io_wait_seconds += std::max(0.0, Since(t0) - compute.seconds());
+  metrics_.io_wait_seconds += std::max(0.0, SecondsSince(t0) - compute.seconds());
   metrics_.expert_compute_seconds += compute.seconds();
   return error_;
 }
@@ -409,7 +405,7 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
       }
       return true;
     });
-    metrics_.io_wait_seconds += Since(t0);
+    metrics_.io_wait_seconds += SecondsSince(t0);
     if (!error_.ok()) return error_;
   }
   const ModelConfig& config = ckpt_.config();
@@ -420,7 +416,7 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
   }
   if (alongside) alongside();
   std::lock_guard<std::mutex> lock(mu_);
-  metrics_.expert_compute_seconds += Since(t1);
+  metrics_.expert_compute_seconds += SecondsSince(t1);
   return absl::OkStatus();
 }
 
@@ -448,7 +444,7 @@ absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<con
       size_t end = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        metrics_.fetch_seconds += Since(t0);
+        metrics_.fetch_seconds += SecondsSince(t0);
         end = demanded_;
       }
       status = RunBatchSerial(use, first, end == experts.size() ? alongside : nullptr);

@@ -4,7 +4,7 @@
 #         libraries it links; nothing that only the tests, the benchmarks or the fuzzers use.
 #   test  the run set plus what `make test` uses: GoogleTest and Google Benchmark, clang and
 #         libFuzzer's runtime, ccache, the PyTorch reference, fio, the sshfs volume test's
-#         sshd and FUSE, Node.js with the npm packages the tests run.
+#         sshd and FUSE, Open MPI, Node.js with the npm packages the tests run.
 # Idempotent: when everything is present it only runs dpkg-query and returns in well under 5 s.
 # Usage: scripts/setup-deps.sh run|test [BUILD_DIR]   (npm packages go into BUILD_DIR/oracle)
 set -euo pipefail
@@ -27,6 +27,7 @@ test_packages=(
   # tests/apps/sshfs_volume_test.sh: a real network volume (the test runs its own sshd on
   # 127.0.0.1; where systemd runs, Debian's openssh-server also enables ssh.service on port 22)
   openssh-server openssh-client sshfs fuse3
+  libopenmpi-dev openmpi-bin  # expert parallelism over MPI and its mpirun tests
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;

@@ -1,0 +1,156 @@
+#include "pipeline/ranks/distributed_experts.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "pipeline/busy_clock.h"
+#include "pipeline/ranks/comm.h"
+
+namespace k3::ranks {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Each worker's capacity, from its kInfo answer to kHello.
+absl::StatusOr<RankCapacity> AskWorker(int rank) {
+  static const Tag kInfoTag[] = {kInfo};
+  auto m = Await(rank, kInfoTag, Timeout(/*open=*/true));
+  if (!m.ok()) return m.status();
+  std::string text;
+  if (absl::Status s = Receive(*m, text); !s.ok()) return s;
+  const nlohmann::json info = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (info.is_discarded() || !info.is_object()) {
+    return absl::InternalError(absl::StrCat(Name(rank), " answered a malformed greeting"));
+  }
+  if (info.contains("error")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Name(rank), " could not open its experts: ", info.value("error", "")));
+  }
+  return RankCapacity{.cache_bytes = info.value("cache_bytes", uint64_t{0}),
+                      .disk_rate = info.value("disk_rate", 0.0)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
+    const ModelConfig& config, ExpertProvider& local, const RankCapacity& own) {
+  const World& w = world();
+  static const int64_t kOpen[1] = {0};
+  for (int r = 1; r < w.size; ++r) {
+    if (absl::Status s = PostSend(r, kHello, std::span(kOpen)); !s.ok()) return s;
+  }
+  std::vector<RankCapacity> capacity = {own};
+  for (int r = 1; r < w.size; ++r) {
+    auto c = AskWorker(r);
+    if (!c.ok()) {
+      MarkFailed();
+      return c.status();
+    }
+    capacity.push_back(*c);
+  }
+  if (absl::Status s = WaitSends(Timeout()); !s.ok()) return s;
+  const uint64_t all = config.expert_bytes() * static_cast<uint64_t>(config.num_experts) *
+                       static_cast<uint64_t>(config.num_layers);
+  ExpertPartition partition(config.num_layers, config.num_experts, ShareWeights(capacity, all));
+  return std::unique_ptr<DistributedExperts>(
+      new DistributedExperts(config, local, std::move(partition)));
+}
+
+DistributedExperts::DistributedExperts(const ModelConfig& config, ExpertProvider& local,
+                                       ExpertPartition partition)
+    : config_(config), local_(local), partition_(std::move(partition)) {
+  const World& w = world();
+  jobs_.resize(static_cast<size_t>(w.size));
+  for (int r = 0; r < w.size; ++r) traffic_.push_back({.rank = r, .host = w.hosts[r]});
+}
+
+std::string DistributedExperts::Describe() const {
+  return absl::StrCat("  ranks                 ", partition_.ranks(),
+                      " (expert parallelism), experts a layer: ", partition_.Describe(), "\n");
+}
+
+absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> experts,
+                                       std::span<const size_t> counts,
+                                       std::span<const float> rows) {
+  layer_ = layer;
+  started_ = Clock::now();
+  for (Job& j : jobs_) j = Job{};
+  if (!broken_.ok()) return broken_;
+  const size_t latent = config_.routed_expert_hidden_size;
+  size_t at = 0;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    Job& j = jobs_[static_cast<size_t>(partition_.owner(layer, experts[i]))];
+    j.at.push_back(at);
+    j.count.push_back(counts[i]);
+    j.header.push_back(experts[i]);
+    j.rows.insert(j.rows.end(), rows.begin() + static_cast<ptrdiff_t>(at * latent),
+                  rows.begin() + static_cast<ptrdiff_t>((at + counts[i]) * latent));
+    at += counts[i];
+  }
+  for (size_t r = 1; r < jobs_.size(); ++r) {
+    Job& j = jobs_[r];
+    if (j.count.empty()) continue;
+    // {layer, experts, rows, expert ids..., row counts...}
+    std::vector<int64_t> header = {layer, static_cast<int64_t>(j.count.size()),
+                                   static_cast<int64_t>(j.rows.size() / latent)};
+    header.insert(header.end(), j.header.begin(), j.header.end());
+    header.insert(header.end(), j.count.begin(), j.count.end());
+    j.header = std::move(header);
+    const int to = static_cast<int>(r);
+    absl::Status s = PostSend(to, kJob, j.header);
+    if (s.ok()) s = PostSend(to, kRows, j.rows);
+    if (!s.ok()) {
+      broken_ = s;
+      MarkFailed();
+      return s;
+    }
+    traffic_[r].bytes_out += j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
+    metrics_.exchange_bytes += j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
+    ++traffic_[r].layers;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DistributedExperts::Finish(std::span<float> products) {
+  const auto t0 = Clock::now();
+  const size_t latent = config_.routed_expert_hidden_size;
+  static const Tag kProductsTag[] = {kProducts};
+  absl::Status status = broken_;
+  if (status.ok()) status = WaitSends(Timeout());
+  for (size_t r = 1; status.ok() && r < jobs_.size(); ++r) {
+    Job& j = jobs_[r];
+    if (j.count.empty()) continue;
+    const int from = static_cast<int>(r);
+    auto m = Await(from, kProductsTag, Timeout());
+    std::vector<float> got;
+    status = m.ok() ? Receive(*m, got) : m.status();
+    if (status.ok() && got.size() != j.rows.size()) {
+      status = absl::InternalError(absl::StrCat(Name(from), " returned ", got.size() / latent,
+                                                " products for ", j.rows.size() / latent, " rows"));
+    }
+    if (!status.ok()) break;
+    traffic_[r].seconds += SecondsSince(started_);
+    traffic_[r].bytes_back += got.size() * sizeof(float);
+    metrics_.exchange_bytes += got.size() * sizeof(float);
+    size_t from_at = 0;
+    for (size_t k = 0; k < j.at.size(); ++k) {
+      std::copy_n(got.data() + from_at, j.count[k] * latent, products.data() + j.at[k] * latent);
+      from_at += j.count[k] * latent;
+    }
+  }
+  metrics_.exchange_wait_seconds += SecondsSince(t0);
+  if (!status.ok() && broken_.ok()) {
+    broken_ = absl::Status(
+        status.code(), absl::StrCat("expert parallelism, layer ", layer_, ": ", status.message()));
+    MarkFailed();
+  }
+  return broken_;
+}
+
+void DistributedExperts::TakeMetrics(StepMetrics& m) {
+  m.Add(metrics_);
+  metrics_ = {};
+}
+
+}  // namespace k3::ranks

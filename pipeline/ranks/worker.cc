@@ -1,0 +1,166 @@
+#include "pipeline/ranks/worker.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/model/model.h"
+#include "nlohmann/json.hpp"
+#include "pipeline/expert_reads.h"
+#include "pipeline/expert_stream.h"
+#include "pipeline/ranks/comm.h"
+
+#ifdef K3_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace k3::ranks {
+namespace {
+
+// The experts this rank reads and multiplies: the engine's expert streaming without the trunk.
+struct Experts {
+  ~Experts() {
+    provider.reset();  // waits for its reads; then the reads, then the cache they land in
+    reads.reads.reset();
+  }
+  std::unique_ptr<Checkpoint> ckpt;
+  TrunkWeights no_trunk;  // the provider reads routers only to predict, which workers do not
+  ExpertReads reads;
+  BusyClock disk;
+  std::unique_ptr<StreamingExpertProvider> provider;
+};
+
+absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& options,
+                                                     uint64_t& cache_bytes) {
+  auto e = std::make_unique<Experts>();
+  auto opened = Checkpoint::Open(options.model_dir);
+  if (!opened.ok()) return opened.status();
+  e->ckpt = *std::move(opened);
+  // The cache one process would have under this rank's budget.
+  auto run = PlanRun(*e->ckpt, PlanRequestOf(options, nullptr), AvailableRamBytes());
+  if (!run.ok()) return run.status();
+  auto reads = OpenExpertReads(*e->ckpt, options, run->memory.cache_bytes, run->memory.cache_slots,
+                               run->expert_slot_bytes);
+  if (!reads.ok()) return reads.status();
+  e->reads = *std::move(reads);
+  cache_bytes = run->memory.cache_bytes;
+  ExpertStreamOptions stream;
+  stream.overlap = options.overlap;
+  e->provider = std::make_unique<StreamingExpertProvider>(*e->ckpt, e->no_trunk, *e->reads.cache,
+                                                          *e->reads.reads, e->reads.shard_files,
+                                                          e->disk, stream);
+  return e;
+}
+
+// Tests: K3_RANK_FAULT=RANK:LAYER:MODE makes rank RANK fail on its first job at or past LAYER:
+// exit (leaves without a word, as a crash would), kill (SIGKILL) or hang (never answers).
+void MaybeFault(int64_t layer) {
+  const char* spec = std::getenv("K3_RANK_FAULT");
+  if (spec == nullptr) return;
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  int rank = -1;
+  int64_t at = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtoi(parts[1], &at) ||
+      rank != world().rank || layer < at) {
+    return;
+  }
+  if (parts[2] == "kill") raise(SIGKILL);
+  if (parts[2] == "hang") {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::_Exit(3);
+}
+
+// One layer job: its header and rows from rank 0, the products back.
+absl::Status RunJob(Experts& e, Incoming& m) {
+  std::vector<int64_t> header;
+  if (absl::Status s = Receive(m, header); !s.ok()) return s;
+  static const Tag kRowsTag[] = {kRows};
+  auto rows_msg = Await(0, kRowsTag, Timeout());
+  if (!rows_msg.ok()) return rows_msg.status();
+  std::vector<float> rows;
+  if (absl::Status s = Receive(*rows_msg, rows); !s.ok()) return s;
+  const int64_t layer = header[0];
+  const auto n = static_cast<size_t>(header[1]);
+  MaybeFault(layer);
+  const ModelConfig& config = e.ckpt->config();
+  const size_t latent = config.routed_expert_hidden_size, width = config.moe_intermediate_size;
+  std::vector<int32_t> experts(n);
+  std::vector<size_t> at(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    experts[i] = static_cast<int32_t>(header[3 + i]);
+    at[i + 1] = at[i] + static_cast<size_t>(header[3 + n + i]);
+  }
+  std::vector<float> products(rows.size());
+  auto use = [&](size_t i, const ExpertWeights& ew) {
+    StepScratch::ExpertPass pass;
+    for (size_t first = at[i]; first < at[i + 1]; first += kExpertRowsPerPass) {
+      const size_t rows_now = std::min(kExpertRowsPerPass, at[i + 1] - first);
+      pass.gate.resize(rows_now * width);
+      pass.up.resize(rows_now * width);
+      RoutedExpertProduct(config, ew, {rows.data() + first * latent, rows_now * latent}, rows_now,
+                          pass, {products.data() + first * latent, rows_now * latent});
+    }
+  };
+  if (absl::Status s = e.provider->ForEachExpert(layer, experts, use, nullptr); !s.ok()) return s;
+  if (absl::Status s = PostSend(0, kProducts, products); !s.ok()) return s;
+  return WaitSends(Timeout());
+}
+
+// What rank 0 learns from the greeting's answer.
+std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e, uint64_t cache_bytes) {
+  if (!e.ok()) return nlohmann::json{{"error", std::string(e.status().message())}}.dump();
+  double rate = 0;
+  for (const io::DeviceReport& d : (*e)->reads.reads->devices()) rate += d.rate;
+  return nlohmann::json{{"cache_bytes", cache_bytes}, {"disk_rate", rate}}.dump();
+}
+
+}  // namespace
+
+int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
+  static const Tag kWork[] = {kHello, kJob, kShutdown};
+  std::unique_ptr<Experts> experts;
+  for (;;) {
+    auto m = Await(0, kWork, absl::InfiniteDuration());
+    if (!m.ok()) return 1;
+    if (m->tag == kShutdown) {
+      std::vector<int64_t> bye;
+      (void)Receive(*m, bye);
+      break;
+    }
+    if (m->tag == kHello) {
+      std::vector<int64_t> hello;
+      (void)Receive(*m, hello);
+      experts.reset();
+      uint64_t cache_bytes = 0;
+      auto o = options();
+      absl::StatusOr<std::unique_ptr<Experts>> opened =
+          o.ok() ? OpenExperts(*o, cache_bytes) : o.status();
+      const std::string answer = Greeting(opened, cache_bytes);
+      if (opened.ok()) experts = *std::move(opened);
+      if (!PostSend(0, kInfo, answer).ok() || !WaitSends(Timeout()).ok()) return 1;
+      continue;
+    }
+    absl::Status s = experts != nullptr
+                         ? RunJob(*experts, *m)
+                         : absl::FailedPreconditionError("a layer job came before the experts");
+    if (!s.ok()) {
+      // Rank 0 reports it, names this rank and ends the job.
+      const std::string text(s.message());  // kept until the send completes
+      if (!PostSend(0, kError, text).ok() || !WaitSends(Timeout()).ok()) return 1;
+    }
+  }
+  experts.reset();
+#ifdef K3_WITH_MPI
+  MPI_Finalize();
+#endif
+  return 0;
+}
+
+}  // namespace k3::ranks
