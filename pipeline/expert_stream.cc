@@ -433,7 +433,9 @@ absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<con
     if (!started) StartLayer(layer, experts);  // no StartFetch came first
     status = RunWindow(use, alongside);        // every multiply unpins its own expert
   } else {
-    // Batches of Window() experts: a prefill union larger than the cache takes several.
+    // Batches of Window() experts: a prefill union larger than the cache takes several. With
+    // none (every expert of the layer is another rank's) the shared experts still run.
+    if (experts.empty() && alongside) alongside();
     for (size_t first = 0; status.ok() && first < experts.size();) {
       const auto t0 = Clock::now();
       if (first == 0) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -58,8 +59,18 @@ absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& option
   return e;
 }
 
+// Set once rank 0 said to exit; until then a worker that exits says so, naming itself (mpirun
+// then ends the job, naming the process only by its job id and rank).
+bool told_to_exit = false;
+
+void SayUnexpectedExit() {
+  if (told_to_exit) return;
+  std::fprintf(stderr, "k3: %s exits before rank 0 ended the job\n", Name(world().rank).c_str());
+}
+
 // Tests: K3_RANK_FAULT=RANK:LAYER:MODE makes rank RANK fail on its first job at or past LAYER:
-// exit (leaves without a word, as a crash would), kill (SIGKILL) or hang (never answers).
+// exit (std::exit(3) in the middle of the job, no answer), kill (SIGKILL, as a crash or the
+// out-of-memory killer would) or hang (never answers).
 void MaybeFault(int64_t layer) {
   const char* spec = std::getenv("K3_RANK_FAULT");
   if (spec == nullptr) return;
@@ -74,7 +85,7 @@ void MaybeFault(int64_t layer) {
   if (parts[2] == "hang") {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  std::_Exit(3);
+  std::exit(3);
 }
 
 // One layer job: its header and rows from rank 0, the products back.
@@ -125,11 +136,13 @@ std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e, uint64_t
 
 int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
   static const Tag kWork[] = {kHello, kJob, kShutdown};
+  std::atexit(SayUnexpectedExit);
   std::unique_ptr<Experts> experts;
   for (;;) {
     auto m = Await(0, kWork, absl::InfiniteDuration());
     if (!m.ok()) return 1;
     if (m->tag == kShutdown) {
+      told_to_exit = true;
       std::vector<int64_t> bye;
       (void)Receive(*m, bye);
       break;
