@@ -85,11 +85,14 @@ std::string RanksText(const std::vector<ranks::RankTraffic>& traffic, int64_t to
   for (const ranks::RankTraffic& t : traffic) {
     if (t.rank == 0) continue;
     const double bytes = static_cast<double>(t.bytes_out + t.bytes_back);
-    absl::StrAppendFormat(&out,
-                          "rank %d on %s: %.3f MB on the wire (%.1f KB a token), %lld layer jobs, "
-                          "%.3f s until products were in (%.2f ms a token)\n",
-                          t.rank, t.host, bytes / 1e6, bytes * per / 1e3,
-                          static_cast<long long>(t.layers), t.seconds, 1e3 * t.seconds * per);
+    absl::StrAppendFormat(
+        &out,
+        "rank %d on %s: %.3f MB on the wire (%.1f KB a token), %lld layer jobs, "
+        "%.3f s until products were in (%.2f ms a token), of which the rank "
+        "worked %.3f s and %.3f s (%.3f ms a layer) was the exchange\n",
+        t.rank, t.host, bytes / 1e6, bytes * per / 1e3, static_cast<long long>(t.layers), t.seconds,
+        1e3 * t.seconds * per, t.worker_seconds, t.wire_seconds(),
+        t.layers > 0 ? 1e3 * t.wire_seconds() / static_cast<double>(t.layers) : 0.0);
   }
   return out;
 }
@@ -105,6 +108,8 @@ nlohmann::json RanksJson(const std::vector<ranks::RankTraffic>& traffic, int64_t
                    {"bytes_back", t.bytes_back},
                    {"layers", t.layers},
                    {"seconds", t.seconds},
+                   {"worker_seconds", t.worker_seconds},
+                   {"exchange_seconds", t.wire_seconds()},
                    {"bytes_per_token", static_cast<double>(t.bytes_out + t.bytes_back) * per},
                    {"seconds_per_token", t.seconds * per}});
   }

@@ -31,8 +31,9 @@ std::string DevicesMetrics(const std::vector<io::DeviceReport>& devices);
 // a layer's rows until its products were in, in all and per token of the `tokens` run; nothing
 // in one process.
 std::string RanksText(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens);
-// [{"rank", "host", "bytes_out", "bytes_back", "layers", "seconds", "bytes_per_token",
-//   "seconds_per_token"}] for every rank but 0; empty in one process.
+// [{"rank", "host", "bytes_out", "bytes_back", "layers", "seconds", "worker_seconds",
+//   "exchange_seconds", "bytes_per_token", "seconds_per_token"}] for every rank but 0; empty in
+// one process.
 nlohmann::json RanksJson(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens);
 
 }  // namespace k3

@@ -76,14 +76,14 @@ absl::Status Check(int rc, int peer, const char* what) {
       absl::StrCat(what, " with ", Name(peer), " failed: ", std::string(text, len)));
 }
 
-// Sleeps between polls: none for the first few, then growing to a millisecond, so that a
+// Sleeps between polls: none for the first few, then growing to a quarter millisecond, so that a
 // reply that comes quickly is seen at once and a long wait costs no core.
 class Backoff {
  public:
   void Wait() {
     if (++polls_ < 64) return;
     std::this_thread::sleep_for(std::chrono::microseconds(pause_us_));
-    pause_us_ = std::min(pause_us_ * 2, 1000);
+    pause_us_ = std::min(pause_us_ * 2, 250);
   }
 
  private:

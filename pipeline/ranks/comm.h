@@ -24,7 +24,8 @@ enum Tag : int {
   kInfo,       // worker -> rank 0: its capacity as JSON text, or {"error": ...}
   kJob,        // rank 0 -> worker: int64 {layer, experts, rows, expert ids..., row counts...}
   kRows,       // rank 0 -> worker: the job's rows (float)
-  kProducts,   // worker -> rank 0: the job's products (float), stacked as its rows
+  kProducts,   // worker -> rank 0: the job's products (float), stacked as its rows, then its
+               // seconds on the job
   kError,      // worker -> rank 0: what failed (text); the worker then waits to be ended
   kShutdown,   // rank 0 -> worker: int64 {0}: exit (before or after kHello)
 };

@@ -125,14 +125,16 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
     auto m = Await(from, kProductsTag, Timeout());
     std::vector<float> got;
     status = m.ok() ? Receive(*m, got) : m.status();
-    if (status.ok() && got.size() != j.rows.size()) {
+    if (status.ok() && got.size() != j.rows.size() + 1) {
       status = absl::InternalError(absl::StrCat(Name(from), " returned ", got.size() / latent,
                                                 " products for ", j.rows.size() / latent, " rows"));
     }
     if (!status.ok()) break;
     traffic_[r].seconds += SecondsSince(started_);
-    traffic_[r].bytes_back += got.size() * sizeof(float);
-    metrics_.exchange_bytes += got.size() * sizeof(float);
+    traffic_[r].worker_seconds += got.back();
+    got.pop_back();
+    traffic_[r].bytes_back += (got.size() + 1) * sizeof(float);
+    metrics_.exchange_bytes += (got.size() + 1) * sizeof(float);
     size_t from_at = 0;
     for (size_t k = 0; k < j.at.size(); ++k) {
       std::copy_n(got.data() + from_at, j.count[k] * latent, products.data() + j.at[k] * latent);

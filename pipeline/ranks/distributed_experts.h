@@ -5,6 +5,7 @@
 // is bit-identical to one process.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -23,10 +24,14 @@ namespace k3::ranks {
 struct RankTraffic {
   int rank = 0;
   std::string host;
-  uint64_t bytes_out = 0;   // rows and job headers sent
-  uint64_t bytes_back = 0;  // products received
-  int64_t layers = 0;       // layer jobs
-  double seconds = 0;       // from each job's send until its products were in
+  uint64_t bytes_out = 0;     // rows and job headers sent
+  uint64_t bytes_back = 0;    // products received
+  int64_t layers = 0;         // layer jobs
+  double seconds = 0;         // from each job's send until its products were in
+  double worker_seconds = 0;  // of which the rank spent reading and multiplying (its own clock)
+  // The rest: on the wire and in MPI on both sides, and waiting for rank 0 to look (it collects
+  // the ranks' products in rank order, after its own experts).
+  double wire_seconds() const { return std::max(0.0, seconds - worker_seconds); }
 };
 
 class DistributedExperts : public ExpertProvider, public RemoteExperts {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/model/model.h"
 #include "nlohmann/json.hpp"
+#include "pipeline/busy_clock.h"
 #include "pipeline/expert_reads.h"
 #include "pipeline/expert_stream.h"
 #include "pipeline/ranks/comm.h"
@@ -90,6 +91,7 @@ void MaybeFault(int64_t layer) {
 
 // One layer job: its header and rows from rank 0, the products back.
 absl::Status RunJob(Experts& e, Incoming& m) {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> header;
   if (absl::Status s = Receive(m, header); !s.ok()) return s;
   static const Tag kRowsTag[] = {kRows};
@@ -119,7 +121,11 @@ absl::Status RunJob(Experts& e, Incoming& m) {
                           pass, {products.data() + first * latent, rows_now * latent});
     }
   };
+  e.provider->StartFetch(layer, experts);
   if (absl::Status s = e.provider->ForEachExpert(layer, experts, use, nullptr); !s.ok()) return s;
+  // Last, the seconds this rank spent on the job (reads and multiplies): what rank 0's round
+  // trip took beyond it was on the wire.
+  products.push_back(static_cast<float>(SecondsSince(t0)));
   if (absl::Status s = PostSend(0, kProducts, products); !s.ok()) return s;
   return WaitSends(Timeout());
 }
