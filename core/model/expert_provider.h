@@ -42,14 +42,16 @@ class RemoteExperts {
   virtual ~RemoteExperts() = default;
   // Whether another process computes `expert` of `layer`.
   virtual bool Remote(int64_t layer, int32_t expert) const = 0;
-  // Starts the products of `layer`: experts[i] multiplies counts[i] rows of `rows` (stacked in
-  // the experts' order, each routed_expert_hidden_size floats). Returns at once; the model runs
-  // its own experts meanwhile. `rows` must stay valid until Finish.
+  // Starts the products of `layer`: experts[i] multiplies counts[i] rows of `x` ([tokens,
+  // routed_expert_hidden_size]), the rows numbered by `tokens` (the experts' lists one after
+  // the other). Returns at once; the model runs its own experts meanwhile. `x` must stay valid
+  // until Finish.
   virtual absl::Status Start(int64_t layer, std::span<const int32_t> experts,
-                             std::span<const size_t> counts, std::span<const float> rows) = 0;
-  // Waits for the products of the last Start, stacked as its rows were. An error names the
-  // process (and its host) that failed or did not answer in time; Finish is still called after
-  // a failed Start or a failed local expert, so that no answer is left for a later layer.
+                             std::span<const size_t> counts, std::span<const size_t> tokens,
+                             std::span<const float> x) = 0;
+  // Waits for the products of the last Start, one row for each of its `tokens`, in order. An error
+  // names the process (and its host) that failed or did not answer in time; Finish is still called
+  // after a failed Start or a failed local expert, so that no answer is left for a later layer.
   virtual absl::Status Finish(std::span<float> products) = 0;
 };
 

@@ -292,23 +292,17 @@ namespace {
 
 using ExpertUsers = std::vector<const std::vector<std::pair<size_t, size_t>>*>;
 
-// Stacks the rows of z each of `experts` multiplies (users[i]: its (token, rank) pairs) into
-// `rows` and hands them to the other processes.
+// Hands the other processes the rows of z each of `experts` multiplies (users[i]: its (token,
+// rank) pairs); `tokens` keeps their numbers until Finish.
 absl::Status StartRemote(RemoteExperts& remote, int64_t layer, std::span<const int32_t> experts,
-                         const ExpertUsers& users, std::span<const float> z, size_t latent,
-                         std::vector<float>& rows) {
+                         const ExpertUsers& users, std::span<const float> z,
+                         std::vector<size_t>& tokens) {
   std::vector<size_t> counts;
-  size_t total = 0;
-  for (const auto* u : users) counts.push_back(u->size()), total += u->size();
-  rows.resize(total * latent);
-  size_t at = 0;
   for (const auto* u : users) {
-    for (const auto& [t, j] : *u) {
-      std::copy_n(z.data() + t * latent, latent, rows.data() + at);
-      at += latent;
-    }
+    counts.push_back(u->size());
+    for (const auto& [t, j] : *u) tokens.push_back(t);
   }
-  return remote.Start(layer, experts, counts, rows);
+  return remote.Start(layer, experts, counts, tokens, z);
 }
 
 // Puts each returned product (stacked as StartRemote stacked the rows) in its (token, rank) slot.
@@ -357,9 +351,10 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   experts_.StartFetch(layer, wanted);
   MatMul(w.latent_down, x, tokens, z);
   // The other processes' rows go out first: their products come back while ours run.
-  std::vector<float> away_rows, away_products;
+  std::vector<size_t> away_tokens;
+  std::vector<float> away_products;
   absl::Status sent;
-  if (!away.empty()) sent = StartRemote(*remote, layer, away, away_users, z, latent, away_rows);
+  if (!away.empty()) sent = StartRemote(*remote, layer, away, away_users, z, away_tokens);
   std::function<void()> alongside;
   if (!shared.empty()) {  // one fused MLP on the full width, unweighted
     alongside = [&] {
@@ -390,7 +385,7 @@ absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const floa
   absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside);
   if (!away.empty()) {
     // Always collected, even after a failure here, so that no answer is left for a later layer.
-    away_products.resize(away_rows.size());
+    away_products.resize(away_tokens.size() * latent);
     absl::Status got = remote->Finish(away_products);
     if (s.ok()) s = sent.ok() ? got : sent;
     if (s.ok()) PlaceRemote(away_users, away_products, top, latent, slots);

@@ -72,31 +72,42 @@ std::string DistributedExperts::Describe() const {
 
 absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> experts,
                                        std::span<const size_t> counts,
-                                       std::span<const float> rows) {
+                                       std::span<const size_t> tokens, std::span<const float> x) {
   layer_ = layer;
   started_ = Clock::now();
   for (Job& j : jobs_) j = Job{};
   if (!broken_.ok()) return broken_;
   const size_t latent = config_.routed_expert_hidden_size;
+  // row_in[r][t]: where token t's row is in rank r's rows (-1: not sent yet).
+  std::vector<std::vector<int64_t>> row_in(jobs_.size());
   size_t at = 0;
   for (size_t i = 0; i < experts.size(); ++i) {
-    Job& j = jobs_[static_cast<size_t>(partition_.owner(layer, experts[i]))];
+    const auto r = static_cast<size_t>(partition_.owner(layer, experts[i]));
+    Job& j = jobs_[r];
     j.at.push_back(at);
-    j.count.push_back(counts[i]);
-    j.header.push_back(experts[i]);
-    j.rows.insert(j.rows.end(), rows.begin() + static_cast<ptrdiff_t>(at * latent),
-                  rows.begin() + static_cast<ptrdiff_t>((at + counts[i]) * latent));
+    j.ids.push_back(experts[i]);
+    j.counts.push_back(static_cast<int64_t>(counts[i]));
+    for (size_t k = at; k < at + counts[i]; ++k) {
+      const size_t t = tokens[k];
+      if (row_in[r].size() <= t) row_in[r].resize(t + 1, -1);
+      if (row_in[r][t] < 0) {
+        row_in[r][t] = static_cast<int64_t>(j.rows.size() / latent);
+        j.rows.insert(j.rows.end(), x.begin() + static_cast<ptrdiff_t>(t * latent),
+                      x.begin() + static_cast<ptrdiff_t>((t + 1) * latent));
+      }
+      j.row_of.push_back(row_in[r][t]);
+    }
     at += counts[i];
   }
   for (size_t r = 1; r < jobs_.size(); ++r) {
     Job& j = jobs_[r];
-    if (j.count.empty()) continue;
-    // {layer, experts, rows, expert ids..., row counts...}
-    std::vector<int64_t> header = {layer, static_cast<int64_t>(j.count.size()),
-                                   static_cast<int64_t>(j.rows.size() / latent)};
-    header.insert(header.end(), j.header.begin(), j.header.end());
-    header.insert(header.end(), j.count.begin(), j.count.end());
-    j.header = std::move(header);
+    if (j.ids.empty()) continue;
+    // {layer, experts, rows, expert ids..., row counts..., each pair's row...}
+    j.header = {layer, static_cast<int64_t>(j.ids.size()),
+                static_cast<int64_t>(j.rows.size() / latent)};
+    for (const auto* part : {&j.ids, &j.counts, &j.row_of}) {
+      j.header.insert(j.header.end(), part->begin(), part->end());
+    }
     const int to = static_cast<int>(r);
     absl::Status s = PostSend(to, kJob, j.header);
     if (s.ok()) s = PostSend(to, kRows, j.rows);
@@ -105,8 +116,9 @@ absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> e
       MarkFailed();
       return s;
     }
-    traffic_[r].bytes_out += j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
-    metrics_.exchange_bytes += j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
+    const uint64_t bytes = j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
+    traffic_[r].bytes_out += bytes;
+    metrics_.exchange_bytes += bytes;
     ++traffic_[r].layers;
   }
   return absl::OkStatus();
@@ -120,25 +132,25 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
   if (status.ok()) status = WaitSends(Timeout());
   for (size_t r = 1; status.ok() && r < jobs_.size(); ++r) {
     Job& j = jobs_[r];
-    if (j.count.empty()) continue;
+    if (j.ids.empty()) continue;
     const int from = static_cast<int>(r);
     auto m = Await(from, kProductsTag, Timeout());
     std::vector<float> got;
     status = m.ok() ? Receive(*m, got) : m.status();
-    if (status.ok() && got.size() != j.rows.size() + 1) {
+    if (status.ok() && got.size() != j.row_of.size() * latent + 1) {
       status = absl::InternalError(absl::StrCat(Name(from), " returned ", got.size() / latent,
-                                                " products for ", j.rows.size() / latent, " rows"));
+                                                " products for ", j.row_of.size(), " rows"));
     }
     if (!status.ok()) break;
     traffic_[r].seconds += SecondsSince(started_);
     traffic_[r].worker_seconds += got.back();
-    got.pop_back();
-    traffic_[r].bytes_back += (got.size() + 1) * sizeof(float);
-    metrics_.exchange_bytes += (got.size() + 1) * sizeof(float);
+    traffic_[r].bytes_back += got.size() * sizeof(float);
+    metrics_.exchange_bytes += got.size() * sizeof(float);
     size_t from_at = 0;
     for (size_t k = 0; k < j.at.size(); ++k) {
-      std::copy_n(got.data() + from_at, j.count[k] * latent, products.data() + j.at[k] * latent);
-      from_at += j.count[k] * latent;
+      const auto n = static_cast<size_t>(j.counts[k]) * latent;
+      std::copy_n(got.data() + from_at, n, products.data() + j.at[k] * latent);
+      from_at += n;
     }
   }
   metrics_.exchange_wait_seconds += SecondsSince(t0);

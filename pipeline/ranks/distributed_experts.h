@@ -60,7 +60,8 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
     return partition_.owner(layer, expert) != 0;
   }
   absl::Status Start(int64_t layer, std::span<const int32_t> experts,
-                     std::span<const size_t> counts, std::span<const float> rows) override;
+                     std::span<const size_t> counts, std::span<const size_t> tokens,
+                     std::span<const float> x) override;
   absl::Status Finish(std::span<float> products) override;
 
   const ExpertPartition& partition() const { return partition_; }
@@ -75,10 +76,10 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
 
   // One layer's job for one rank, kept until its products are in.
   struct Job {
+    std::vector<int64_t> ids, counts, row_of;  // row_of: each (expert, row) pair's row in `rows`
     std::vector<int64_t> header;
-    std::vector<float> rows;
-    std::vector<size_t> at;  // where each of its experts' rows start in Start's stacking
-    std::vector<size_t> count;
+    std::vector<float> rows;  // each token's row once, however many of the rank's experts use it
+    std::vector<size_t> at;   // where each of its experts' pairs start in Start's `tokens`
   };
 
   const ModelConfig& config_;

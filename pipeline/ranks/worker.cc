@@ -99,26 +99,42 @@ absl::Status RunJob(Experts& e, Incoming& m) {
   if (!rows_msg.ok()) return rows_msg.status();
   std::vector<float> rows;
   if (absl::Status s = Receive(*rows_msg, rows); !s.ok()) return s;
+  if (header.size() < 3) return absl::InternalError("a job without its header");
   const int64_t layer = header[0];
   const auto n = static_cast<size_t>(header[1]);
+  if (header.size() < 3 + 2 * n) return absl::InternalError("a job's header cut short");
   MaybeFault(layer);
   const ModelConfig& config = e.ckpt->config();
   const size_t latent = config.routed_expert_hidden_size, width = config.moe_intermediate_size;
+  // {layer, experts, rows, expert ids..., row counts..., each pair's row...}
   std::vector<int32_t> experts(n);
   std::vector<size_t> at(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     experts[i] = static_cast<int32_t>(header[3 + i]);
     at[i + 1] = at[i] + static_cast<size_t>(header[3 + n + i]);
   }
-  std::vector<float> products(rows.size());
+  if (header.size() != 3 + 2 * n + at[n] ||
+      rows.size() != static_cast<size_t>(header[2]) * latent) {
+    return absl::InternalError(absl::StrCat("a malformed job for layer ", layer));
+  }
+  const std::span<const int64_t> row_of(header.data() + 3 + 2 * n, at[n]);
+  for (int64_t r : row_of) {
+    if (r < 0 || r >= header[2]) return absl::InternalError("a job's row index out of range");
+  }
+  std::vector<float> products(at[n] * latent);
   auto use = [&](size_t i, const ExpertWeights& ew) {
     StepScratch::ExpertPass pass;
     for (size_t first = at[i]; first < at[i + 1]; first += kExpertRowsPerPass) {
-      const size_t rows_now = std::min(kExpertRowsPerPass, at[i + 1] - first);
-      pass.gate.resize(rows_now * width);
-      pass.up.resize(rows_now * width);
-      RoutedExpertProduct(config, ew, {rows.data() + first * latent, rows_now * latent}, rows_now,
-                          pass, {products.data() + first * latent, rows_now * latent});
+      const size_t count = std::min(kExpertRowsPerPass, at[i + 1] - first);
+      pass.in.resize(count * latent);
+      pass.gate.resize(count * width);
+      pass.up.resize(count * width);
+      for (size_t k = 0; k < count; ++k) {
+        std::copy_n(rows.data() + static_cast<size_t>(row_of[first + k]) * latent, latent,
+                    pass.in.data() + k * latent);
+      }
+      RoutedExpertProduct(config, ew, pass.in, count, pass,
+                          {products.data() + first * latent, count * latent});
     }
   };
   e.provider->StartFetch(layer, experts);
