@@ -85,14 +85,13 @@ std::string RanksText(const std::vector<ranks::RankTraffic>& traffic, int64_t to
   for (const ranks::RankTraffic& t : traffic) {
     if (t.rank == 0) continue;
     const double bytes = static_cast<double>(t.bytes_out + t.bytes_back);
-    absl::StrAppendFormat(
-        &out,
-        "rank %d on %s: %.3f MB on the wire (%.1f KB a token), %lld layer jobs, "
-        "%.3f s until products were in (%.2f ms a token), of which the rank "
-        "worked %.3f s and %.3f s (%.3f ms a layer) was the exchange\n",
-        t.rank, t.host, bytes / 1e6, bytes * per / 1e3, static_cast<long long>(t.layers), t.seconds,
-        1e3 * t.seconds * per, t.worker_seconds, t.wire_seconds(),
-        t.layers > 0 ? 1e3 * t.wire_seconds() / static_cast<double>(t.layers) : 0.0);
+    absl::StrAppendFormat(&out,
+                          "rank %d on %s: %.3f MB on the wire (%.1f KB a token), %lld layer jobs, "
+                          "busy %.3f s reading and multiplying; round trip %.0f us (measured at "
+                          "start, a decode layer's %.1f KB)\n",
+                          t.rank, t.host, bytes / 1e6, bytes * per / 1e3,
+                          static_cast<long long>(t.layers), t.worker_seconds, 1e6 * t.ping_seconds,
+                          static_cast<double>(t.ping_bytes) / 1e3);
   }
   return out;
 }
@@ -109,7 +108,8 @@ nlohmann::json RanksJson(const std::vector<ranks::RankTraffic>& traffic, int64_t
                    {"layers", t.layers},
                    {"seconds", t.seconds},
                    {"worker_seconds", t.worker_seconds},
-                   {"exchange_seconds", t.wire_seconds()},
+                   {"ping_seconds", t.ping_seconds},
+                   {"ping_bytes", t.ping_bytes},
                    {"bytes_per_token", static_cast<double>(t.bytes_out + t.bytes_back) * per},
                    {"seconds_per_token", t.seconds * per}});
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/busy_clock.h"
 #include "pipeline/ranks/comm.h"
@@ -53,8 +54,43 @@ absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
   const uint64_t all = config.expert_bytes() * static_cast<uint64_t>(config.num_experts) *
                        static_cast<uint64_t>(config.num_layers);
   ExpertPartition partition(config.num_layers, config.num_experts, ShareWeights(capacity, all));
-  return std::unique_ptr<DistributedExperts>(
+  std::unique_ptr<DistributedExperts> made(
       new DistributedExperts(config, local, std::move(partition)));
+  if (absl::Status s = made->MeasureLinks(); !s.ok()) {
+    MarkFailed();
+    return s;
+  }
+  return made;
+}
+
+absl::Status DistributedExperts::MeasureLinks() {
+  // A decode token's job for a rank: its row out, and the products of its share of the top-k
+  // back (at least one).
+  const size_t latent = config_.routed_expert_hidden_size;
+  const size_t back = latent * std::max<size_t>(1, config_.num_experts_per_token /
+                                                       static_cast<size_t>(jobs_.size()));
+  std::vector<float> out(latent, 0.0f);
+  out[0] = static_cast<float>(back);
+  static const Tag kPingTag[] = {kPing};
+  constexpr int kPings = 15;
+  for (size_t r = 1; r < jobs_.size(); ++r) {
+    const int to = static_cast<int>(r);
+    std::vector<double> times;
+    for (int i = 0; i < kPings; ++i) {
+      const auto t0 = Clock::now();
+      absl::Status s = PostSend(to, kPing, out);
+      if (s.ok()) s = WaitSends(Timeout());
+      auto m = s.ok() ? Await(to, kPingTag, Timeout()) : absl::StatusOr<Incoming>(s);
+      std::vector<float> pong;
+      if (m.ok()) s = Receive(*m, pong);
+      if (!m.ok() || !s.ok()) return m.ok() ? s : m.status();
+      times.push_back(SecondsSince(t0));
+    }
+    std::nth_element(times.begin(), times.begin() + kPings / 2, times.end());
+    traffic_[r].ping_seconds = times[kPings / 2];
+    traffic_[r].ping_bytes = (latent + back) * sizeof(float);
+  }
+  return absl::OkStatus();
 }
 
 DistributedExperts::DistributedExperts(const ModelConfig& config, ExpertProvider& local,
@@ -66,8 +102,16 @@ DistributedExperts::DistributedExperts(const ModelConfig& config, ExpertProvider
 }
 
 std::string DistributedExperts::Describe() const {
-  return absl::StrCat("  ranks                 ", partition_.ranks(),
-                      " (expert parallelism), experts a layer: ", partition_.Describe(), "\n");
+  std::string out =
+      absl::StrCat("  ranks                 ", partition_.ranks(),
+                   " (expert parallelism), experts a layer: ", partition_.Describe(), "\n");
+  for (const RankTraffic& t : traffic_) {
+    if (t.rank == 0) continue;
+    absl::StrAppend(&out, "    ", Name(t.rank), ": round trip ",
+                    absl::StrFormat("%.0f", 1e6 * t.ping_seconds), " us for a decode layer's ",
+                    absl::StrFormat("%.1f", static_cast<double>(t.ping_bytes) / 1e3), " KB\n");
+  }
+  return out;
 }
 
 absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> experts,

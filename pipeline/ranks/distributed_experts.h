@@ -29,9 +29,10 @@ struct RankTraffic {
   int64_t layers = 0;         // layer jobs
   double seconds = 0;         // from each job's send until its products were in
   double worker_seconds = 0;  // of which the rank spent reading and multiplying (its own clock)
-  // The rest: on the wire and in MPI on both sides, and waiting for rank 0 to look (it collects
-  // the ranks' products in rank order, after its own experts).
-  double wire_seconds() const { return std::max(0.0, seconds - worker_seconds); }
+  // Measured at start: the median round trip of a decode layer's job and products (no compute),
+  // and their bytes.
+  double ping_seconds = 0;
+  uint64_t ping_bytes = 0;
 };
 
 class DistributedExperts : public ExpertProvider, public RemoteExperts {
@@ -73,6 +74,8 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
 
  private:
   DistributedExperts(const ModelConfig& config, ExpertProvider& local, ExpertPartition partition);
+  // Times round trips of a decode layer's sizes to every rank (RankTraffic::ping_seconds).
+  absl::Status MeasureLinks();
 
   // One layer's job for one rank, kept until its products are in.
   struct Job {

@@ -157,7 +157,7 @@ std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e, uint64_t
 }  // namespace
 
 int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
-  static const Tag kWork[] = {kHello, kJob, kShutdown};
+  static const Tag kWork[] = {kHello, kJob, kShutdown, kPing};
   std::atexit(SayUnexpectedExit);
   std::unique_ptr<Experts> experts;
   for (;;) {
@@ -180,6 +180,13 @@ int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
       const std::string answer = Greeting(opened, cache_bytes);
       if (opened.ok()) experts = *std::move(opened);
       if (!PostSend(0, kInfo, answer).ok() || !WaitSends(Timeout()).ok()) return 1;
+      continue;
+    }
+    if (m->tag == kPing) {  // rank 0 measures the link: answer with as many floats as asked
+      std::vector<float> ping;
+      if (!Receive(*m, ping).ok() || ping.empty()) return 1;
+      const std::vector<float> pong(static_cast<size_t>(ping[0]), 0.0f);
+      if (!PostSend(0, kPing, pong).ok() || !WaitSends(Timeout()).ok()) return 1;
       continue;
     }
     absl::Status s = experts != nullptr
