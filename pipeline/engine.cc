@@ -345,6 +345,9 @@ absl::Status Engine::Parts::Init(const EngineOptions& given) {
     if (!connected.ok()) return connected.status();
     ranked = *std::move(connected);
     experts = ranked.get();
+    ranks::DistributedExperts* r = ranked.get();
+    provider->ShareGuesses([r](int64_t l, int32_t e) { return r->Remote(l, e); },
+                           [r](int64_t l, std::vector<int32_t> e) { r->ForwardGuesses(l, e); });
   }
   model = std::make_unique<Model>(config, *trunk, *experts, *streamer);
   return absl::OkStatus();

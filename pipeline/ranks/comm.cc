@@ -20,7 +20,6 @@ World& MutableWorld() {
 }
 
 bool failed = false;
-bool finished = false;
 
 }  // namespace
 
@@ -45,6 +44,8 @@ void MarkFailed() { failed = true; }
 #ifdef K3_WITH_MPI
 
 namespace {
+
+bool finished = false;  // Shutdown ran
 
 // The processes mpirun (or srun) started, from the environment their launcher sets; 1 when
 // started otherwise.

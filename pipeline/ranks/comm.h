@@ -29,6 +29,7 @@ enum Tag : int {
   kError,      // worker -> rank 0: what failed (text); the worker then waits to be ended
   kShutdown,   // rank 0 -> worker: int64 {0}: exit (before or after kHello)
   kPing,       // rank 0 -> worker: floats, the first the count to answer with; and the answer
+  kPrefetch,   // rank 0 -> worker: int64 {layer, expert ids...}: the lookahead's guesses
 };
 
 struct World {

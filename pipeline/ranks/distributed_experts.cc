@@ -174,6 +174,7 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
   static const Tag kProductsTag[] = {kProducts};
   absl::Status status = broken_;
   if (status.ok()) status = WaitSends(Timeout());
+  if (status.ok()) guesses_.clear();  // every send, the guesses' too, is done
   for (size_t r = 1; status.ok() && r < jobs_.size(); ++r) {
     Job& j = jobs_[r];
     if (j.ids.empty()) continue;
@@ -204,6 +205,29 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
     MarkFailed();
   }
   return broken_;
+}
+
+void DistributedExperts::ForwardGuesses(int64_t layer, const std::vector<int32_t>& experts) {
+  if (!broken_.ok()) return;
+  // Layers without another rank's experts have no Finish to complete the sends: bound them.
+  if (guesses_.size() > 256) {
+    if (!WaitSends(Timeout()).ok()) return;
+    guesses_.clear();
+  }
+  std::vector<std::vector<int64_t>> by_rank(jobs_.size());
+  for (int32_t e : experts) {
+    auto& g = by_rank[static_cast<size_t>(partition_.owner(layer, e))];
+    if (g.empty()) g.push_back(layer);
+    g.push_back(e);
+  }
+  for (size_t r = 1; r < by_rank.size(); ++r) {
+    if (by_rank[r].empty()) continue;
+    guesses_.push_back(std::move(by_rank[r]));
+    // A guess that cannot be sent costs nothing: the layer's job will find out.
+    (void)PostSend(static_cast<int>(r), kPrefetch, guesses_.back());
+    traffic_[r].bytes_out += guesses_.back().size() * sizeof(int64_t);
+    metrics_.exchange_bytes += guesses_.back().size() * sizeof(int64_t);
+  }
 }
 
 void DistributedExperts::TakeMetrics(StepMetrics& m) {

@@ -71,6 +71,8 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
   std::vector<RankTraffic> traffic() const { return traffic_; }
   // Adds the exchange's bytes and Finish's wait since the last call.
   void TakeMetrics(StepMetrics& m);
+  // The lookahead's guesses of `layer` for experts other ranks own go to them (kPrefetch).
+  void ForwardGuesses(int64_t layer, const std::vector<int32_t>& experts);
 
  private:
   DistributedExperts(const ModelConfig& config, ExpertProvider& local, ExpertPartition partition);
@@ -88,7 +90,8 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
   const ModelConfig& config_;
   ExpertProvider& local_;
   ExpertPartition partition_;
-  std::vector<Job> jobs_;  // by rank
+  std::vector<Job> jobs_;                      // by rank
+  std::vector<std::vector<int64_t>> guesses_;  // sent since the last Finish (kept until sent)
   int64_t layer_ = -1;
   std::chrono::steady_clock::time_point started_;
   absl::Status broken_;  // a rank failed: every later layer fails at once

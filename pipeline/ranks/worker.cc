@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& option
   cache_bytes = run->memory.cache_bytes;
   ExpertStreamOptions stream;
   stream.overlap = options.overlap;
+  // Rank 0's lookahead sends its guesses for this rank's experts (kPrefetch).
+  stream.prefetch_cap_bytes =
+      static_cast<uint64_t>(options.prefetch_cap_fraction * static_cast<double>(cache_bytes));
   e->provider = std::make_unique<StreamingExpertProvider>(*e->ckpt, e->no_trunk, *e->reads.cache,
                                                           *e->reads.reads, e->reads.shard_files,
                                                           e->disk, stream);
@@ -157,7 +160,7 @@ std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e, uint64_t
 }  // namespace
 
 int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
-  static const Tag kWork[] = {kHello, kJob, kShutdown, kPing};
+  static const Tag kWork[] = {kHello, kJob, kShutdown, kPing, kPrefetch};
   std::atexit(SayUnexpectedExit);
   std::unique_ptr<Experts> experts;
   for (;;) {
@@ -180,6 +183,15 @@ int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
       const std::string answer = Greeting(opened, cache_bytes);
       if (opened.ok()) experts = *std::move(opened);
       if (!PostSend(0, kInfo, answer).ok() || !WaitSends(Timeout()).ok()) return 1;
+      continue;
+    }
+    if (m->tag == kPrefetch) {  // rank 0's lookahead guessed these of ours for a later layer
+      std::vector<int64_t> guess;
+      if (!Receive(*m, guess).ok()) return 1;
+      if (experts != nullptr && guess.size() > 1) {
+        const std::vector<int32_t> ids(guess.begin() + 1, guess.end());
+        experts->provider->Prefetch(guess[0], ids);
+      }
       continue;
     }
     if (m->tag == kPing) {  // rank 0 measures the link: answer with as many floats as asked
