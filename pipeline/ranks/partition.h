@@ -1,4 +1,4 @@
-// Which rank owns each routed expert under expert parallelism (pipeline/ranks/README.md): every
+// Which rank owns each routed expert under expert parallelism (docs/SCALE-MPI.md): every
 // (MoE layer, expert) belongs to one rank, each rank's share of a layer follows its weight, and
 // every rank owns experts in every layer (when a layer has at least as many experts as there are
 // ranks), so that each layer's exchange involves all of them and no rank idles for a layer.
