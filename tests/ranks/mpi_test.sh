@@ -50,12 +50,14 @@ case "$case_name" in
 generate-demo | generate-oracle)
   model=$(model_for "${case_name#generate-}")
   # Greedy with a prompt of several chunks (many rows an expert), sampled, serial (no overlap),
-  # and with the lookahead's guesses sent to the ranks owning them.
-  for variant in greedy sampled serial lookahead; do
+  # with the lookahead's guesses sent to the ranks owning them, and a budget whose cache holds
+  # a fraction of the experts (every rank reads as it goes).
+  for variant in greedy sampled serial lookahead small-budget; do
     args=(generate -m "$model" --ids 3,7,11,5,9,2,4,6,8 -n 8 --prefill-chunk 4)
     [ $variant = sampled ] && args+=(--temp 1.3 --top-k 0 --top-p 1 --seed 7)
     [ $variant = serial ] && args+=(--no-overlap)
     [ $variant = lookahead ] && args+=(--prefetch-distance 2)
+    [ $variant = small-budget ] && args+=(--max-context 512 --ram-gb 0.05)
     run "$variant-1" 1 "${args[@]}" --dump-logits "$dir/$variant-1.f32" \
       --report-json "$dir/$variant-1.json"
     for np in 2 3; do
