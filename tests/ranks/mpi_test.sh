@@ -12,8 +12,13 @@ command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77
 py=/usr/bin/python3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-mpi=(mpirun --oversubscribe -np)
-[ "$(id -u)" = 0 ] && mpi=(mpirun --oversubscribe --allow-run-as-root -np)
+# In the ASan build: Open MPI (not built with ASan) keeps allocations past MPI_Finalize in
+# components it has unloaded by then, which LeakSanitizer reports with no frame a suppression
+# could match; under mpirun the leak check is off (every other ASan check stays on), and the runs
+# of one process keep it.
+mpi=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+mpi+=(-np)
 # Generous: a test never depends on how fast the machine is, only on an answer within this.
 bound=300
 fail() { echo "FAIL: $*"; exit 1; }
