@@ -19,8 +19,6 @@ World& MutableWorld() {
   return w;
 }
 
-bool failed = false;
-
 }  // namespace
 
 const World& world() { return MutableWorld(); }
@@ -39,7 +37,11 @@ absl::Duration Timeout(bool open) {
   return absl::Seconds(open ? 10 * seconds : seconds);
 }
 
-void MarkFailed() { failed = true; }
+void FailJob(const absl::Status& status) {
+  std::fprintf(stderr, "k3: expert parallelism: %s; ending every rank\n",
+               std::string(status.message()).c_str());
+  Abort(1);
+}
 
 #ifdef K3_WITH_MPI
 
@@ -59,7 +61,6 @@ int LaunchedSize() {
 
 void AtExit() {
   if (world().rank != 0 || finished) return;
-  if (failed) Abort(1);
   Shutdown();
 }
 

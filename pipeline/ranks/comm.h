@@ -40,7 +40,7 @@ struct World {
 
 // Starts MPI when this process was launched by mpirun or srun with more than one process, and
 // learns every rank's host; call first in main. At rank 0's exit every worker is told to exit
-// (Shutdown), or, after a rank failed (MarkFailed), every rank is ended (Abort).
+// (Shutdown).
 void Init(int* argc, char*** argv);
 const World& world();
 inline bool Distributed() { return world().size > 1; }
@@ -78,7 +78,9 @@ absl::Status Receive(Incoming& m, std::string& out);
 [[noreturn]] void Abort(int code);
 // Rank 0: tells every worker to exit, then MPI_Finalize (at exit, once).
 void Shutdown();
-// Rank 0: a rank failed or did not answer, so Shutdown would wait for it: exit ends the job.
-void MarkFailed();
+// Rank 0: a rank failed or did not answer. Prints `status` (it names the rank and its host) and
+// ends every rank: no token comes from a layer without all its experts, and a server does not
+// stay up answering errors.
+[[noreturn]] void FailJob(const absl::Status& status);
 
 }  // namespace k3::ranks

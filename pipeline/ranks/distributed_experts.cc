@@ -44,10 +44,10 @@ absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
   std::vector<RankCapacity> capacity = {own};
   for (int r = 1; r < w.size; ++r) {
     auto c = AskWorker(r);
-    if (!c.ok()) {
-      MarkFailed();
-      return c.status();
-    }
+    // A rank that could not open its checkpoint is alive and exits when told; one that did not
+    // answer may not be.
+    if (!c.ok() && !absl::IsFailedPrecondition(c.status())) FailJob(c.status());
+    if (!c.ok()) return c.status();
     capacity.push_back(*c);
   }
   if (absl::Status s = WaitSends(Timeout()); !s.ok()) return s;
@@ -56,10 +56,7 @@ absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
   ExpertPartition partition(config.num_layers, config.num_experts, ShareWeights(capacity, all));
   std::unique_ptr<DistributedExperts> made(
       new DistributedExperts(config, local, std::move(partition)));
-  if (absl::Status s = made->MeasureLinks(); !s.ok()) {
-    MarkFailed();
-    return s;
-  }
+  if (absl::Status s = made->MeasureLinks(); !s.ok()) FailJob(s);
   return made;
 }
 
@@ -120,7 +117,6 @@ absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> e
   layer_ = layer;
   started_ = Clock::now();
   for (Job& j : jobs_) j = Job{};
-  if (!broken_.ok()) return broken_;
   const size_t latent = config_.routed_expert_hidden_size;
   // row_in[r][t]: where token t's row is in rank r's rows (-1: not sent yet).
   std::vector<std::vector<int64_t>> row_in(jobs_.size());
@@ -155,11 +151,7 @@ absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> e
     const int to = static_cast<int>(r);
     absl::Status s = PostSend(to, kJob, j.header);
     if (s.ok()) s = PostSend(to, kRows, j.rows);
-    if (!s.ok()) {
-      broken_ = s;
-      MarkFailed();
-      return s;
-    }
+    if (!s.ok()) FailJob(s);
     const uint64_t bytes = j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
     traffic_[r].bytes_out += bytes;
     metrics_.exchange_bytes += bytes;
@@ -172,8 +164,7 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
   const auto t0 = Clock::now();
   const size_t latent = config_.routed_expert_hidden_size;
   static const Tag kProductsTag[] = {kProducts};
-  absl::Status status = broken_;
-  if (status.ok()) status = WaitSends(Timeout());
+  absl::Status status = WaitSends(Timeout());
   if (status.ok()) guesses_.clear();  // every send, the guesses' too, is done
   for (size_t r = 1; status.ok() && r < jobs_.size(); ++r) {
     Job& j = jobs_[r];
@@ -199,19 +190,16 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
     }
   }
   metrics_.exchange_wait_seconds += SecondsSince(t0);
-  if (!status.ok() && broken_.ok()) {
-    broken_ = absl::Status(
-        status.code(), absl::StrCat("expert parallelism, layer ", layer_, ": ", status.message()));
-    MarkFailed();
+  if (!status.ok()) {
+    FailJob(absl::Status(status.code(), absl::StrCat("layer ", layer_, ": ", status.message())));
   }
-  return broken_;
+  return absl::OkStatus();
 }
 
 void DistributedExperts::ForwardGuesses(int64_t layer, const std::vector<int32_t>& experts) {
-  if (!broken_.ok()) return;
   // Layers without another rank's experts have no Finish to complete the sends: bound them.
   if (guesses_.size() > 256) {
-    if (!WaitSends(Timeout()).ok()) return;
+    if (absl::Status s = WaitSends(Timeout()); !s.ok()) FailJob(s);
     guesses_.clear();
   }
   std::vector<std::vector<int64_t>> by_rank(jobs_.size());

@@ -94,7 +94,6 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
   std::vector<std::vector<int64_t>> guesses_;  // sent since the last Finish (kept until sent)
   int64_t layer_ = -1;
   std::chrono::steady_clock::time_point started_;
-  absl::Status broken_;  // a rank failed: every later layer fails at once
   std::vector<RankTraffic> traffic_;
   StepMetrics metrics_;
 };

@@ -166,6 +166,30 @@ rank-fails)
     grep -qE "$named" "$dir/$mode.err" || { cat "$dir/$mode.err"; fail "$mode: no '$named'"; }
     echo "$mode: exit $rc: $(grep -m1 -E "$named" "$dir/$mode.err")"
   done
+  # A server whose rank hangs ends too (no server left up answering errors).
+  K3_RANK_TIMEOUT=5 K3_RANK_FAULT=1:1:hang "${mpi[@]}" 3 "$k3" serve -m "$model" --port 0 \
+    --prompt-cache none 2>"$dir/serve.err" &
+  pid=$!
+  port=
+  for _ in $(seq $((bound * 10))); do
+    port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$dir/serve.err" | grep -o "[0-9]*$")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { kill $pid; fail "serve did not listen"; }
+  curl -s --max-time $bound "http://127.0.0.1:$port/v1/completions" \
+    -H 'content-type: application/json' -d '{"prompt": "Hello", "max_tokens": 4}' >/dev/null
+  for _ in $(seq $((bound * 10))); do
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 $pid 2>/dev/null && { kill $pid; fail "serve still up ${bound}s after its rank hung"; }
+  wait $pid
+  rc=$?
+  [ $rc != 0 ] || fail "serve: exited 0 after its rank hung"
+  grep -qE "layer [0-9]+: rank 1 on $host did not answer" "$dir/serve.err" ||
+    { cat "$dir/serve.err"; fail "serve: rank 1 on $host not named"; }
+  echo "serve, hang: exit $rc"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
