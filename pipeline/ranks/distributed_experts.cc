@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
                        static_cast<uint64_t>(config.num_layers);
   ExpertPartition partition(config.num_layers, config.num_experts, ShareWeights(capacity, all));
   std::unique_ptr<DistributedExperts> made(
-      new DistributedExperts(config, local, std::move(partition)));
+      new DistributedExperts(config, local, std::move(partition), capacity));
   if (absl::Status s = made->MeasureLinks(); !s.ok()) FailJob(s);
   return made;
 }
@@ -91,11 +91,15 @@ absl::Status DistributedExperts::MeasureLinks() {
 }
 
 DistributedExperts::DistributedExperts(const ModelConfig& config, ExpertProvider& local,
-                                       ExpertPartition partition)
+                                       ExpertPartition partition,
+                                       const std::vector<RankCapacity>& capacity)
     : config_(config), local_(local), partition_(std::move(partition)) {
   const World& w = world();
   jobs_.resize(static_cast<size_t>(w.size));
-  for (int r = 0; r < w.size; ++r) traffic_.push_back({.rank = r, .host = w.hosts[r]});
+  for (int r = 0; r < w.size; ++r) {
+    traffic_.push_back({.rank = r, .host = w.hosts[r]});
+    traffic_.back().capacity = capacity[static_cast<size_t>(r)];
+  }
 }
 
 std::string DistributedExperts::Describe() const {
@@ -104,8 +108,10 @@ std::string DistributedExperts::Describe() const {
                    " (expert parallelism), experts a layer: ", partition_.Describe(), "\n");
   for (const RankTraffic& t : traffic_) {
     if (t.rank == 0) continue;
-    absl::StrAppend(&out, "    ", Name(t.rank), ": round trip ",
-                    absl::StrFormat("%.0f", 1e6 * t.ping_seconds), " us for a decode layer's ",
+    absl::StrAppend(&out, "    ", Name(t.rank), ": expert cache ",
+                    absl::StrFormat("%.2f GB", static_cast<double>(t.capacity.cache_bytes) / 1e9),
+                    ", round trip ", absl::StrFormat("%.0f", 1e6 * t.ping_seconds),
+                    " us for a decode layer's ",
                     absl::StrFormat("%.1f", static_cast<double>(t.ping_bytes) / 1e3), " KB\n");
   }
   return out;

@@ -33,6 +33,7 @@ struct RankTraffic {
   // and their bytes.
   double ping_seconds = 0;
   uint64_t ping_bytes = 0;
+  RankCapacity capacity;  // what it brought: its cache and its drives' rate
 };
 
 class DistributedExperts : public ExpertProvider, public RemoteExperts {
@@ -75,7 +76,8 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
   void ForwardGuesses(int64_t layer, const std::vector<int32_t>& experts);
 
  private:
-  DistributedExperts(const ModelConfig& config, ExpertProvider& local, ExpertPartition partition);
+  DistributedExperts(const ModelConfig& config, ExpertProvider& local, ExpertPartition partition,
+                     const std::vector<RankCapacity>& capacity);
   // Times round trips of a decode layer's sizes to every rank (RankTraffic::ping_seconds).
   absl::Status MeasureLinks();
 

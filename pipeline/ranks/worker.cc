@@ -44,14 +44,25 @@ absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& option
   auto opened = Checkpoint::Open(options.model_dir);
   if (!opened.ok()) return opened.status();
   e->ckpt = *std::move(opened);
-  // The cache one process would have under this rank's budget.
+  // This rank's budget as one process would plan it; it holds no trunk, no sequence state and
+  // no lm_head, so all but the activations' buffers (a job's rows and products fit in them) and
+  // the vectors goes to the cache, up to every expert.
   auto run = PlanRun(*e->ckpt, PlanRequestOf(options, nullptr), AvailableRamBytes());
   if (!run.ok()) return run.status();
-  auto reads = OpenExpertReads(*e->ckpt, options, run->memory.cache_bytes, run->memory.cache_slots,
-                               run->expert_slot_bytes);
+  const MemoryPlan& plan = run->memory;
+  const ModelConfig& c = e->ckpt->config();
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.is_dense(l) ? 0 : 1;
+  const uint64_t slot = run->expert_slot_bytes;
+  const uint64_t reserved = plan.buffer_bytes + plan.vector_bytes;
+  const uint64_t room = plan.budget_bytes > reserved ? plan.budget_bytes - reserved : 0;
+  const int64_t slots =
+      std::min<int64_t>(std::max<int64_t>(plan.cache_slots, static_cast<int64_t>(room / slot)),
+                        moe_layers * static_cast<int64_t>(c.num_experts));
+  cache_bytes = static_cast<uint64_t>(slots) * slot;
+  auto reads = OpenExpertReads(*e->ckpt, options, cache_bytes, slots, slot);
   if (!reads.ok()) return reads.status();
   e->reads = *std::move(reads);
-  cache_bytes = run->memory.cache_bytes;
   ExpertStreamOptions stream;
   stream.overlap = options.overlap;
   // Rank 0's lookahead sends its guesses for this rank's experts (kPrefetch).
