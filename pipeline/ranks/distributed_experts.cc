@@ -185,7 +185,7 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
     }
     if (!status.ok()) break;
     traffic_[r].seconds += SecondsSince(started_);
-    traffic_[r].worker_seconds += got.back();
+    traffic_[r].worker_seconds += got.empty() ? 0.0f : got.back();  // (never empty here)
     traffic_[r].bytes_back += got.size() * sizeof(float);
     metrics_.exchange_bytes += got.size() * sizeof(float);
     size_t from_at = 0;
