@@ -235,7 +235,15 @@ void Shutdown() {
 
 #else  // without MPI: one process, nothing to send
 
-void Init(int*, char***) {}
+void Init(int*, char***) {
+  // Launched by mpirun all the same: each process would run the whole command alone.
+  if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n != nullptr && std::string(n) != "1") {
+    std::fprintf(stderr,
+                 "k3: built without MPI: each of the %s processes mpirun started runs alone "
+                 "(scripts/setup-deps.sh test installs Open MPI; then rebuild)\n",
+                 n);
+  }
+}
 absl::Status PostSend(int, Tag, std::span<const int64_t>) {
   return absl::UnimplementedError("MPI");
 }
