@@ -195,7 +195,8 @@ nlohmann::json Engine::Settings() const {
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
           {"volumes", o.volumes},
-          {"buffered_files", parts_->BufferedFiles()}};
+          {"buffered_files", parts_->BufferedFiles()},
+          {"ranks", parts_->ranked != nullptr ? parts_->ranked->partition().ranks() : 1}};
 }
 
 std::string Engine::DescribeReads() const {
