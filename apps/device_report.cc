@@ -79,4 +79,41 @@ std::string DevicesMetrics(const std::vector<io::DeviceReport>& devices) {
   return out;
 }
 
+std::string RanksText(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens) {
+  std::string out;
+  const double per = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
+  for (const ranks::RankTraffic& t : traffic) {
+    if (t.rank == 0) continue;
+    const double bytes = static_cast<double>(t.bytes_out + t.bytes_back);
+    absl::StrAppendFormat(&out,
+                          "rank %d on %s: %.3f MB on the wire (%.1f KB a token), %lld layer jobs, "
+                          "busy %.3f s reading and multiplying; round trip %.0f us (measured at "
+                          "start, a decode layer's %.1f KB)\n",
+                          t.rank, t.host, bytes / 1e6, bytes * per / 1e3,
+                          static_cast<long long>(t.layers), t.worker_seconds, 1e6 * t.ping_seconds,
+                          static_cast<double>(t.ping_bytes) / 1e3);
+  }
+  return out;
+}
+
+nlohmann::json RanksJson(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens) {
+  nlohmann::json out = nlohmann::json::array();
+  const double per = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
+  for (const ranks::RankTraffic& t : traffic) {
+    if (t.rank == 0) continue;
+    out.push_back({{"rank", t.rank},
+                   {"host", t.host},
+                   {"bytes_out", t.bytes_out},
+                   {"bytes_back", t.bytes_back},
+                   {"layers", t.layers},
+                   {"seconds", t.seconds},
+                   {"worker_seconds", t.worker_seconds},
+                   {"ping_seconds", t.ping_seconds},
+                   {"ping_bytes", t.ping_bytes},
+                   {"bytes_per_token", static_cast<double>(t.bytes_out + t.bytes_back) * per},
+                   {"seconds_per_token", t.seconds * per}});
+  }
+  return out;
+}
+
 }  // namespace k3

@@ -7,6 +7,7 @@
 
 #include "io/read_router.h"
 #include "nlohmann/json.hpp"
+#include "pipeline/ranks/distributed_experts.h"
 
 namespace k3 {
 
@@ -25,5 +26,14 @@ nlohmann::json DevicesJson(const std::vector<io::DeviceReport>& devices, double 
 // The Prometheus lines: k3_device_read_bytes_total, k3_device_busy_seconds_total,
 // k3_device_rate_bytes_per_second and k3_device_failovers_total, labelled by device.
 std::string DevicesMetrics(const std::vector<io::DeviceReport>& devices);
+
+// Under expert parallelism, one line per other rank: bytes on the wire (in all and per token of
+// the `tokens` run), its busy time, and the round trip measured at start; nothing in one
+// process.
+std::string RanksText(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens);
+// [{"rank", "host", "bytes_out", "bytes_back", "layers", "seconds", "worker_seconds",
+//   "ping_seconds", "ping_bytes", "bytes_per_token", "seconds_per_token"}] for every rank but 0;
+// empty in one process.
+nlohmann::json RanksJson(const std::vector<ranks::RankTraffic>& traffic, int64_t tokens);
 
 }  // namespace k3

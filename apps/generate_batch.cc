@@ -219,6 +219,7 @@ json TotalsJson(const BatchTotals& t, const std::vector<double>& per_token, int 
           {"seconds_per_token_per_sequence", per_token},
           {"metrics", t.steps.ToJson()},
           {"devices", DevicesJson(engine.devices(), t.seconds)},
+          {"ranks", RanksJson(engine.ranks(), t.steps.tokens)},
           {"settings", engine.Settings()}};
 }
 
@@ -324,6 +325,7 @@ int RunGenerateBatch(EngineOptions options, const std::string& path) {
   if (!quiet) {
     PrintSummary(scheduler.totals(), per_token, batch, (*engine)->config());
     std::fputs(DevicesText((*engine)->devices(), scheduler.totals().seconds).c_str(), stderr);
+    std::fputs(RanksText((*engine)->ranks(), scheduler.totals().steps.tokens).c_str(), stderr);
   }
   if (const std::string report = absl::GetFlag(FLAGS_report_json); !report.empty()) {
     json j = TotalsJson(scheduler.totals(), per_token, batch, **engine);

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/engine_flags.h"
+#include "pipeline/ranks/comm.h"
+#include "pipeline/ranks/worker.h"
 
 namespace {
 
@@ -25,9 +28,36 @@ void PrintOverview() {
   std::printf("\n'k3 <command> --help' lists the flags of a command.\n");
 }
 
+// A rank other than 0 under mpirun: it serves experts with the engine settings of the same
+// command line (a command that sweeps settings, like k3 bench, gives each its first value).
+int RunRankWorker(const k3::cli::Subcommand& command, int argc, char** argv) {
+  (void)k3::cli::ParseFlags(command, argc, argv, 2);
+  return k3::ranks::RunWorker([]() -> absl::StatusOr<k3::EngineOptions> {
+    auto options = k3::cli::EngineOptionsFromFlags();
+    if (options.ok()) return options;
+    auto base = k3::cli::BaseEngineOptionsFromFlags();
+    if (!base.ok()) return base.status();
+    auto dir = k3::cli::ModelDirFromFlags();
+    if (!dir.ok()) return dir.status();
+    base->model_dir = *dir;
+    return base;
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun with several processes: rank 0 runs the command, the others serve experts.
+  k3::ranks::Init(&argc, &argv);
+  if (k3::ranks::world().rank > 0) {
+    for (const auto* c : AllCommands()) {
+      if (argc >= 2 && c->name == argv[1]) return RunRankWorker(*c, argc, argv);
+    }
+    return k3::ranks::RunWorker([] {
+      return absl::StatusOr<k3::EngineOptions>(
+          absl::InvalidArgumentError("no k3 command on the line"));
+    });
+  }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     PrintOverview();

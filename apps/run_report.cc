@@ -144,6 +144,7 @@ void RunReport::PrintSummary(const Engine& engine, bool interrupted) const {
                FormatBytes(static_cast<double>(engine.plan().budget_bytes)).c_str(),
                FormatBytes(static_cast<double>(kProcessOverheadBytes)).c_str());
   std::fputs(DevicesText(engine.devices(), prefill_.seconds + d.seconds).c_str(), stderr);
+  std::fputs(RanksText(engine.ranks(), prefill_.tokens + d.tokens).c_str(), stderr);
   if (cache_use_) {
     std::fprintf(stderr, "prompt cache: %lld of %zu prompt tokens resumed in %.3f s from %s\n",
                  static_cast<long long>(cache_use_->cached_tokens), prompt_ids_.size(),
@@ -194,6 +195,7 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
   }
   report["prefetch"]["by_distance"] = by_distance;
   report["devices"] = DevicesJson(engine.devices(), prefill_.seconds + d.seconds);
+  report["ranks"] = RanksJson(engine.ranks(), prefill_.tokens + d.tokens);
   report["per_token"] = per_token;
   return report;
 }

@@ -7,6 +7,11 @@
 
 namespace k3 {
 
+// Seconds from `t0` until now.
+inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class BusyClock {
  public:
   void Start() {

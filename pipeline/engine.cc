@@ -17,8 +17,11 @@
 #include "core/model/model.h"
 #include "core/util/progress.h"
 #include "pipeline/cache/policy.h"
+#include "pipeline/expert_reads.h"
 #include "pipeline/expert_stream.h"
 #include "pipeline/held_trunk.h"
+#include "pipeline/ranks/comm.h"
+#include "pipeline/ranks/distributed_experts.h"
 #include "pipeline/trunk_stream.h"
 
 namespace k3 {
@@ -26,7 +29,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What the options ask of the run's plan.
+}  // namespace
+
 RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
   return {.memory = o.memory,
           .max_context = o.max_context,
@@ -41,8 +45,6 @@ RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
                    .threads = o.threads}};
 }
 
-}  // namespace
-
 // Everything the engine owns, in the order it is built; destroyed users first (~Parts).
 struct Engine::Parts {
   ~Parts() {
@@ -50,6 +52,7 @@ struct Engine::Parts {
     model.reset();
     held.reset();
     streamer.reset();
+    ranked.reset();
     provider.reset();
     reads.reset();
     cache.reset();
@@ -81,6 +84,7 @@ struct Engine::Parts {
     absl::Status s = forward();
     StepMetrics m;
     provider->TakeMetrics(m);
+    if (ranked != nullptr) ranked->TakeMetrics(m);
     streamer->TakeMetrics(m);
     if (held != nullptr) held->TakeMetrics(m);
     m.tokens = static_cast<int64_t>(tokens);
@@ -106,6 +110,8 @@ struct Engine::Parts {
   io::FileId pack_file = -1;
   BusyClock disk;
   std::unique_ptr<StreamingExpertProvider> provider;
+  // Under mpirun with several ranks: rank 0's experts from `provider`, the others' from theirs.
+  std::unique_ptr<ranks::DistributedExperts> ranked;
   std::unique_ptr<TrunkStreamer> streamer;
   std::unique_ptr<HeldTrunk> held;  // pinned matrices held compressed, if any
   std::unique_ptr<Model> model;
@@ -139,6 +145,9 @@ std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
 std::vector<io::DeviceReport> Engine::devices() const { return parts_->reads->devices(); }
 
 void Engine::StepLayers(std::vector<LayerFigures>& out) const { parts_->provider->StepLayers(out); }
+std::vector<ranks::RankTraffic> Engine::ranks() const {
+  return parts_->ranked != nullptr ? parts_->ranked->traffic() : std::vector<ranks::RankTraffic>{};
+}
 
 void Engine::StartReadLog() { parts_->reads->StartLog(); }
 
@@ -188,7 +197,8 @@ nlohmann::json Engine::Settings() const {
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
           {"volumes", o.volumes},
-          {"buffered_files", parts_->BufferedFiles()}};
+          {"buffered_files", parts_->BufferedFiles()},
+          {"ranks", parts_->ranked != nullptr ? parts_->ranked->partition().ranks() : 1}};
 }
 
 std::string Engine::DescribeReads() const {
@@ -206,6 +216,7 @@ std::string Engine::DescribeReads() const {
                     " files, so the page cache also holds what is read and the budget is "
                     "not exact\n");
   }
+  if (parts_->ranked != nullptr) absl::StrAppend(&line, parts_->ranked->Describe());
   if (devices.size() > 1) {
     absl::StrAppend(&line, "  drives                ", devices.size(),
                     ", each read split over the drives holding its bytes by their rates\n");
@@ -278,48 +289,12 @@ absl::Status Engine::Parts::LoadPinnedTrunk() {
 }
 
 absl::Status Engine::Parts::OpenReads() {
-  auto policy = MakePolicy(options.cache_policy.empty() ? kDefaultPolicy : options.cache_policy,
-                           {.capacity = plan.cache_slots,
-                            .num_layers = static_cast<int32_t>(ckpt->config().num_layers)});
-  if (!policy.ok()) return policy.status();
-  auto created = ExpertCache::Create(
-      {.budget_bytes = plan.cache_bytes, .slot_bytes = run.expert_slot_bytes}, *std::move(policy));
-  if (!created.ok()) return created.status();
-  cache = *std::move(created);
-  auto profile = io::ParseStorageProfile(options.storage_profile);
-  if (!profile.ok()) return profile.status();
-  io::ReadRouterOptions io_options;
-  io_options.engine.queue_depth = options.queue_depth;
-  io_options.engine.direct = options.direct_io;
-  io_options.engine.profile = *profile;
-  io_options.engine.arena = cache->arena();
-  io_options.engine.faults = options.faults;
-  io_options.check = options.verify_volumes ? io::CopyCheck::kFull : io::CopyCheck::kSampled;
-  for (const std::string& spec : options.volumes) {
-    auto volume = io::ParseVolume(spec);
-    if (!volume.ok()) return volume.status();
-    io_options.volumes.push_back(*std::move(volume));
-  }
-  auto engine = io::ReadRouter::Create(io_options);
-  if (!engine.ok()) return engine.status();
-  reads = *std::move(engine);
-  // The pieces of a striped layout (k3 stripe) in the volumes, by the shard they belong to.
-  std::vector<std::string> dirs;
-  for (const io::Volume& v : io_options.volumes) dirs.push_back(v.dir);
-  auto striped = options.verify_volumes ? VerifyStripes(*ckpt, dirs) : absl::OkStatus();
-  if (!striped.ok()) return striped;
-  auto pieces = LoadStripes(*ckpt, dirs);
-  if (!pieces.ok()) return pieces.status();
-  absl::flat_hash_map<std::string, std::vector<io::Extent>> stripes;
-  for (const StripeExtent& e : *pieces) {
-    stripes[e.shard].push_back(
-        {.offset = e.offset, .length = e.length, .path = e.path, .at = e.at});
-  }
-  for (const std::string& path : ckpt->shard_paths()) {
-    auto id = reads->OpenFile(path, stripes[path.substr(path.rfind('/') + 1)]);
-    if (!id.ok()) return id.status();
-    shard_files.push_back(*id);
-  }
+  auto opened =
+      OpenExpertReads(*ckpt, options, plan.cache_bytes, plan.cache_slots, run.expert_slot_bytes);
+  if (!opened.ok()) return opened.status();
+  cache = std::move(opened->cache);
+  reads = std::move(opened->reads);
+  shard_files = std::move(opened->shard_files);
   if (pack != nullptr) {
     auto id = reads->OpenFile(pack->pack_path());
     if (!id.ok()) return id.status();
@@ -364,7 +339,20 @@ absl::Status Engine::Parts::Init(const EngineOptions& given) {
   stream.prefetch_cap_bytes = prefetch_cap;
   provider = std::make_unique<StreamingExpertProvider>(*ckpt, *trunk, *cache, *reads, shard_files,
                                                        disk, stream);
-  model = std::make_unique<Model>(config, *trunk, *provider, *streamer);
+  ExpertProvider* experts = provider.get();
+  if (ranks::Distributed()) {
+    double rate = 0;
+    for (const io::DeviceReport& d : reads->devices()) rate += d.rate;
+    auto connected = ranks::DistributedExperts::Connect(
+        config, *provider, {.cache_bytes = plan.cache_bytes, .disk_rate = rate});
+    if (!connected.ok()) return connected.status();
+    ranked = *std::move(connected);
+    experts = ranked.get();
+    ranks::DistributedExperts* r = ranked.get();
+    provider->ShareGuesses([r](int64_t l, int32_t e) { return r->Remote(l, e); },
+                           [r](int64_t l, std::vector<int32_t> e) { r->ForwardGuesses(l, e); });
+  }
+  model = std::make_unique<Model>(config, *trunk, *experts, *streamer);
   return absl::OkStatus();
 }
 

@@ -28,6 +28,7 @@
 #include "io/read_router.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/memory_plan.h"
+#include "pipeline/ranks/distributed_experts.h"
 #include "pipeline/run_plan.h"
 #include "pipeline/step_metrics.h"
 
@@ -76,6 +77,9 @@ struct EngineOptions {
   bool show_progress = false;  // progress bar for the first trunk load
   std::shared_ptr<io::FaultPlan> faults;  // tests: faults injected into every read
 };
+
+// What the options ask of the run's plan (PlanRun), with the trunk pack if any.
+RunRequest PlanRequestOf(const EngineOptions& options, const TrunkPack* pack);
 
 class Engine {
  public:
@@ -132,6 +136,9 @@ class Engine {
   // Each drive read from (one with no volumes): its directories, profile, bytes, busy time and
   // the rate reads are routed by, so far.
   std::vector<io::DeviceReport> devices() const;
+  // Under expert parallelism (mpirun with several ranks): what went to and from each rank so far
+  // (rank 0's own entry counts nothing); empty in one process.
+  std::vector<ranks::RankTraffic> ranks() const;
 
   // Records the reads of the calls from now on, until TakeReadLog: what the run had to read, to
   // replay without the compute for its I/O floor (io/read_replay.h, k3 bench).

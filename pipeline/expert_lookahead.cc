@@ -91,7 +91,19 @@ void StreamingExpertProvider::Predict(int64_t layer, int distance, std::span<con
     std::lock_guard<std::mutex> lock(mu_);
     predictions_[layer][distance] = predicted;
   }
-  for (int32_t e : predicted) TryPrefetch({static_cast<int32_t>(layer), e});
+  std::vector<int32_t> away;
+  for (int32_t e : predicted) {
+    if (elsewhere_ && elsewhere_(layer, e)) {
+      away.push_back(e);
+    } else {
+      TryPrefetch({static_cast<int32_t>(layer), e});
+    }
+  }
+  if (!away.empty() && forward_) forward_(layer, std::move(away));
+}
+
+void StreamingExpertProvider::Prefetch(int64_t layer, std::span<const int32_t> experts) {
+  for (int32_t e : experts) TryPrefetch({static_cast<int32_t>(layer), e});
 }
 
 void StreamingExpertProvider::Lookahead(int64_t layer, std::span<const float> x, size_t tokens) {

@@ -13,10 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // How long a demand waits for a cache slot when every slot is pinned or being filled (only
 // prefetches can hold slots then, and those complete or are cancelled).
 constexpr absl::Duration kSlotWait = absl::Seconds(60);
@@ -330,7 +326,7 @@ void StreamingExpertProvider::StartFetch(int64_t layer, std::span<const int32_t>
   if (options_.overlap) StartLayer(layer, experts);
   std::lock_guard<std::mutex> lock(mu_);
   ReleaseGuardsLocked(layer);  // the demands hold their own pins now
-  metrics_.fetch_seconds += Since(t0);
+  metrics_.fetch_seconds += SecondsSince(t0);
 }
 
 // ---- compute --------------------------------------------------------------------------------
@@ -383,7 +379,7 @@ absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
     Demand(next);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      metrics_.fetch_seconds += Since(t1);
+      metrics_.fetch_seconds += SecondsSince(t1);
     }
     arrivals.try_put(next);
   });
@@ -402,7 +398,7 @@ absl::Status StreamingExpertProvider::RunWindow(const ExpertUse& use,
   waiting_.clear();
   gateway_ = nullptr;
   NoteCompute(layer_, compute.first_start(), compute.last_stop());
-  metrics_.io_wait_seconds += std::max(0.0, Since(t0) - compute.seconds());
+  metrics_.io_wait_seconds += std::max(0.0, SecondsSince(t0) - compute.seconds());
   metrics_.expert_compute_seconds += compute.seconds();
   return error_;
 }
@@ -420,7 +416,7 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
       }
       return true;
     });
-    metrics_.io_wait_seconds += Since(t0);
+    metrics_.io_wait_seconds += SecondsSince(t0);
     if (!error_.ok()) return error_;
   }
   const ModelConfig& config = ckpt_.config();
@@ -432,7 +428,7 @@ absl::Status StreamingExpertProvider::RunBatchSerial(const ExpertUse& use, size_
   if (alongside) alongside();
   std::lock_guard<std::mutex> lock(mu_);
   NoteCompute(layer_, t1, Clock::now());
-  metrics_.expert_compute_seconds += Since(t1);
+  metrics_.expert_compute_seconds += SecondsSince(t1);
   return absl::OkStatus();
 }
 
@@ -452,7 +448,9 @@ absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<con
     if (!started) StartLayer(layer, experts);  // no StartFetch came first
     status = RunWindow(use, alongside);        // every multiply unpins its own expert
   } else {
-    // Batches of Window() experts: a prefill union larger than the cache takes several.
+    // Batches of Window() experts: a prefill union larger than the cache takes several. With
+    // none (every expert of the layer is another rank's) the shared experts still run.
+    if (experts.empty() && alongside) alongside();
     for (size_t first = 0; status.ok() && first < experts.size();) {
       const auto t0 = Clock::now();
       if (first == 0) {
@@ -463,7 +461,7 @@ absl::Status StreamingExpertProvider::ForEachExpert(int64_t layer, std::span<con
       size_t end = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        metrics_.fetch_seconds += Since(t0);
+        metrics_.fetch_seconds += SecondsSince(t0);
         end = demanded_;
       }
       status = RunBatchSerial(use, first, end == experts.size() ? alongside : nullptr);

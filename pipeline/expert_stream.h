@@ -70,6 +70,17 @@ class StreamingExpertProvider : public ExpertProvider {
   absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts, const ExpertUse& use,
                              const std::function<void()>& alongside) override;
 
+  // Expert parallelism: the lookahead's guesses for experts `elsewhere` says another process
+  // owns go to `forward` (to that process) instead of this cache.
+  using Elsewhere = std::function<bool(int64_t layer, int32_t expert)>;
+  using ForwardGuesses = std::function<void(int64_t layer, std::vector<int32_t> experts)>;
+  void ShareGuesses(Elsewhere elsewhere, ForwardGuesses forward) {
+    elsewhere_ = std::move(elsewhere);
+    forward_ = std::move(forward);
+  }
+  // Reads guesses another process made for `layer` at prefetch priority, within the cap.
+  void Prefetch(int64_t layer, std::span<const int32_t> experts);
+
   // Adds the figures since the last call to `m` (expert bytes, cache, stall, prefetch).
   void TakeMetrics(StepMetrics& m);
   // Starts the per-layer figures of a step (LayerFigures' times count from now).
@@ -141,6 +152,8 @@ class StreamingExpertProvider : public ExpertProvider {
   const std::vector<io::FileId> files_;
   BusyClock& disk_;
   const ExpertStreamOptions options_;
+  Elsewhere elsewhere_;
+  ForwardGuesses forward_;
 
   mutable std::mutex mu_;
   std::mutex handoff_mu_;            // held by OnRead while it hands reads to the flow graph

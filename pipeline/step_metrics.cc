@@ -25,6 +25,8 @@ void StepMetrics::Add(const StepMetrics& o) {
   fetch_seconds += o.fetch_seconds;
   lookahead_seconds += o.lookahead_seconds;
   expert_compute_seconds += o.expert_compute_seconds;
+  exchange_bytes += o.exchange_bytes;
+  exchange_wait_seconds += o.exchange_wait_seconds;
 }
 
 double StepMetrics::hit_rate() const {
@@ -56,7 +58,9 @@ nlohmann::json StepMetrics::ToJson() const {
           {"time",
            {{"fetch_seconds", fetch_seconds},
             {"lookahead_seconds", lookahead_seconds},
-            {"expert_compute_seconds", expert_compute_seconds}}},
+            {"expert_compute_seconds", expert_compute_seconds},
+            {"exchange_wait_seconds", exchange_wait_seconds}}},
+          {"exchange_bytes", exchange_bytes},
           {"cache", {{"requests", cache_requests}, {"hits", cache_hits}, {"hit_rate", hit_rate()}}},
           {"prefetch",
            {{"predicted", prefetch_predicted},

@@ -38,6 +38,10 @@ struct StepMetrics {
   double fetch_seconds = 0;
   double lookahead_seconds = 0;
   double expert_compute_seconds = 0;
+  // Expert parallelism (pipeline/ranks/): bytes sent to and received from the other ranks, and
+  // the time rank 0 waited for their products after its own experts were done.
+  uint64_t exchange_bytes = 0;
+  double exchange_wait_seconds = 0;
 
   void Add(const StepMetrics& other);
   double hit_rate() const;

@@ -14,10 +14,6 @@
 namespace k3 {
 namespace {
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // One stored row (BF16, F16 or F32) widened to fp32.
 void WidenRow(DType dtype, const uint8_t* row, std::span<float> out) {
   for (size_t i = 0; i < out.size(); ++i) {
@@ -254,7 +250,7 @@ absl::StatusOr<RowPiece> TrunkStreamer::AcquirePiece(int64_t index, PieceForm fo
     StartRead(*target, index);
     next_ = (index + 1) % static_cast<int64_t>(pieces_.size());
   }
-  wait_seconds_ += Since(t0);
+  wait_seconds_ += SecondsSince(t0);
   if (slot->state == SlotState::kFailed) {
     const absl::Status status = slot->status;
     if (error_.ok()) error_ = status;
@@ -314,7 +310,7 @@ absl::Status TrunkStreamer::DecodeWhole(const Piece& p, std::span<const uint8_t>
   });
   {
     std::lock_guard<std::mutex> lock(mu_);
-    decode_seconds_ += Since(t0);
+    decode_seconds_ += SecondsSince(t0);
     ++decoded_whole_;
   }
   for (const absl::Status& s : status) {
@@ -370,7 +366,7 @@ absl::Status TrunkStreamer::DecodeBlock(int64_t index, size_t block, std::span<u
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = DecodeOneBlock(p, block, stored, out);
   lock.lock();
-  decode_seconds_ += Since(t0);
+  decode_seconds_ += SecondsSince(t0);
   if (!s.ok() && error_.ok()) error_ = s;
   return s;
 }
@@ -454,7 +450,7 @@ absl::Status TrunkStreamer::ReadEmbeddingRows(std::span<const int32_t> ids, std:
     bytes_read_ += r.data.size();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  wait_seconds_ += Since(t0);
+  wait_seconds_ += SecondsSince(t0);
   return status;
 }
 

@@ -4,8 +4,8 @@
 #         libraries it links; nothing that only the tests, the benchmarks or the fuzzers use.
 #   test  the run set plus what `make test` uses: GoogleTest and Google Benchmark, clang and
 #         libFuzzer's runtime, ccache, the PyTorch reference, fio, the sshfs volume test's
-#         sshd and FUSE, chromium for the page's browser tests, Node.js with the npm packages
-#         the tests run.
+#         sshd and FUSE, chromium for the page's browser tests, Open MPI, Node.js with the npm
+#         packages the tests run.
 # Idempotent: when everything is present it only runs dpkg-query and returns in well under 5 s.
 # Usage: scripts/setup-deps.sh run|test [BUILD_DIR]   (npm packages go into BUILD_DIR/oracle)
 set -euo pipefail
@@ -30,6 +30,7 @@ test_packages=(
   openssh-server openssh-client sshfs fuse3
   python3-yaml  # tests/apps/deploy_manifests.py reads deploy/k8s
   chromium      # the page's browser tests (tests/browser), driven by playwright-core
+  libopenmpi-dev openmpi-bin  # expert parallelism over MPI and its mpirun tests
 )
 case "$set_name" in
   run) packages=("${run_packages[@]}") ;;

@@ -33,6 +33,28 @@ absl::Status CheckExpertBytes(const Checkpoint& ckpt, int64_t layer, int64_t exp
 
 using ExpertUse = std::function<void(size_t, const ExpertWeights&)>;
 
+// Routed experts whose products another process computes (expert parallelism,
+// pipeline/ranks/): the model hands it the rows routed to those experts and places each returned
+// product where its own multiply would have put it, so the weighted sum is the same, in the same
+// order, bit for bit.
+class RemoteExperts {
+ public:
+  virtual ~RemoteExperts() = default;
+  // Whether another process computes `expert` of `layer`.
+  virtual bool Remote(int64_t layer, int32_t expert) const = 0;
+  // Starts the products of `layer`: experts[i] multiplies counts[i] rows of `x` ([tokens,
+  // routed_expert_hidden_size]), the rows numbered by `tokens` (the experts' lists one after
+  // the other). Returns at once; the model runs its own experts meanwhile. `x` must stay valid
+  // until Finish.
+  virtual absl::Status Start(int64_t layer, std::span<const int32_t> experts,
+                             std::span<const size_t> counts, std::span<const size_t> tokens,
+                             std::span<const float> x) = 0;
+  // Waits for the products of the last Start, one row for each of its `tokens`, in order. An error
+  // names the process (and its host) that failed or did not answer in time; Finish is still called
+  // after a failed Start or a failed local expert, so that no answer is left for a later layer.
+  virtual absl::Status Finish(std::span<float> products) = 0;
+};
+
 // Per layer the model calls Lookahead (every layer, with its feed-forward input), then for a
 // MoE layer StartFetch as soon as the router has chosen, then ForEachExpert.
 class ExpertProvider {
@@ -55,6 +77,8 @@ class ExpertProvider {
   virtual absl::Status ForEachExpert(int64_t layer, std::span<const int32_t> experts,
                                      const ExpertUse& use,
                                      const std::function<void()>& alongside) = 0;
+  // Where some experts are computed by other processes: those ForEachExpert is never asked for.
+  virtual RemoteExperts* remote() { return nullptr; }
 };
 
 // Reads experts straight from the checkpoint, one at a time (page cache, no streaming); the

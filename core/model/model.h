@@ -64,6 +64,15 @@ struct BatchSegment {
 // Rows of position logits computed at once (kPositionLogitsRows x vocab floats).
 inline constexpr size_t kPositionLogitsRows = 64;
 
+// One routed expert's product for `n` rows of latent input `in` ([n, routed_expert_hidden_size],
+// n <= kExpertRowsPerPass) into `out` (the same shape), with `pass`'s gate, up and layout buffers
+// (sized for n rows): SiTU-gated w1 and w3, then w2. A row's result depends neither on the rows
+// beside it nor on the threads (each output element is one task's), so any process multiplying
+// the same rows with the same kernels gets the same bits.
+void RoutedExpertProduct(const ModelConfig& config, const ExpertWeights& ew,
+                         std::span<const float> in, size_t n, StepScratch::ExpertPass& pass,
+                         std::span<float> out);
+
 class Model {
  public:
   // Every layer resident in `trunk`.

@@ -154,6 +154,23 @@ std::vector<int32_t> Resident(const ExpertCache& cache, int32_t layer, int32_t e
   return out;
 }
 
+// Under expert parallelism a layer may have none of its experts on this rank: the shared
+// experts (the work alongside) must still run, overlapped or serial.
+TEST_F(ExpertStreamTest, ALayerWithNoExpertsStillRunsTheWorkAlongside) {
+  for (bool overlap : {true, false}) {
+    provider_.reset();
+    provider_ = std::make_unique<StreamingExpertProvider>(
+        *ckpt_, *trunk_, *cache_, *reads_, files_, disk_, ExpertStreamOptions{.overlap = overlap});
+    int ran = 0;
+    provider_->StartFetch(1, {});
+    ASSERT_TRUE(provider_
+                    ->ForEachExpert(
+                        1, {}, [](size_t, const ExpertWeights&) {}, [&] { ++ran; })
+                    .ok());
+    EXPECT_EQ(ran, 1) << (overlap ? "overlapped" : "serial");
+  }
+}
+
 TEST_F(ExpertStreamTest, GuessesKeepTheirSlotsUntilTheirLayerAsks) {
   const int32_t experts = static_cast<int32_t>(ckpt_->config().num_experts);
   // Fill every slot with layer 5, then guess layer 2 from layer 1's input.

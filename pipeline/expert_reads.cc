@@ -1,0 +1,60 @@
+#include "pipeline/expert_reads.h"
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/checkpoint/stripe.h"
+#include "pipeline/cache/policy.h"
+
+namespace k3 {
+
+absl::StatusOr<ExpertReads> OpenExpertReads(const Checkpoint& ckpt, const EngineOptions& options,
+                                            uint64_t cache_bytes, int64_t cache_slots,
+                                            uint64_t slot_bytes) {
+  ExpertReads out;
+  auto policy = MakePolicy(
+      options.cache_policy.empty() ? kDefaultPolicy : options.cache_policy,
+      {.capacity = cache_slots, .num_layers = static_cast<int32_t>(ckpt.config().num_layers)});
+  if (!policy.ok()) return policy.status();
+  auto created = ExpertCache::Create({.budget_bytes = cache_bytes, .slot_bytes = slot_bytes},
+                                     *std::move(policy));
+  if (!created.ok()) return created.status();
+  out.cache = *std::move(created);
+  auto profile = io::ParseStorageProfile(options.storage_profile);
+  if (!profile.ok()) return profile.status();
+  io::ReadRouterOptions io_options;
+  io_options.engine.queue_depth = options.queue_depth;
+  io_options.engine.direct = options.direct_io;
+  io_options.engine.profile = *profile;
+  io_options.engine.arena = out.cache->arena();
+  io_options.engine.faults = options.faults;
+  io_options.check = options.verify_volumes ? io::CopyCheck::kFull : io::CopyCheck::kSampled;
+  for (const std::string& spec : options.volumes) {
+    auto volume = io::ParseVolume(spec);
+    if (!volume.ok()) return volume.status();
+    io_options.volumes.push_back(*std::move(volume));
+  }
+  auto engine = io::ReadRouter::Create(io_options);
+  if (!engine.ok()) return engine.status();
+  out.reads = *std::move(engine);
+  // The pieces of a striped layout (k3 stripe) in the volumes, by the shard they belong to.
+  std::vector<std::string> dirs;
+  for (const io::Volume& v : io_options.volumes) dirs.push_back(v.dir);
+  auto striped = options.verify_volumes ? VerifyStripes(ckpt, dirs) : absl::OkStatus();
+  if (!striped.ok()) return striped;
+  auto pieces = LoadStripes(ckpt, dirs);
+  if (!pieces.ok()) return pieces.status();
+  absl::flat_hash_map<std::string, std::vector<io::Extent>> stripes;
+  for (const StripeExtent& e : *pieces) {
+    stripes[e.shard].push_back(
+        {.offset = e.offset, .length = e.length, .path = e.path, .at = e.at});
+  }
+  for (const std::string& path : ckpt.shard_paths()) {
+    auto id = out.reads->OpenFile(path, stripes[path.substr(path.rfind('/') + 1)]);
+    if (!id.ok()) return id.status();
+    out.shard_files.push_back(*id);
+  }
+  return out;
+}
+
+}  // namespace k3
