@@ -85,15 +85,8 @@ class Listener {
   double seconds_ = 0;
 };
 
-class ServeEventsTest : public ::testing::Test {
+class ServeEventsTest : public testing::ServeModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir;
-    ASSERT_EQ(testing::SynthServeModel(model()), 0);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string model() { return *dir_ / "m"; }
-
   // A streamed chat of a long prompt (a few hundred tokens).
   static json LongChat(bool progress, int max_tokens = 4) {
     std::string text;
@@ -162,11 +155,7 @@ class ServeEventsTest : public ::testing::Test {
     EXPECT_GE(static_cast<int64_t>(progress.size()), 1 + (run + kChunk - 1) / kChunk);
     return progress;
   }
-
-  static testing::TempDir* dir_;
 };
-
-testing::TempDir* ServeEventsTest::dir_ = nullptr;
 
 TEST_F(ServeEventsTest, ReturnProgressReportsEachPromptChunkAndACachedPrefix) {
   ServeProcess server({"-m", model(), "--prefill-chunk", std::to_string(kChunk)});

@@ -54,20 +54,7 @@ std::optional<Gauges> ScrapeUntil(const ServeProcess& server,
   return std::nullopt;
 }
 
-class ServeGatewayTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir;
-    ASSERT_EQ(testing::SynthServeModel(model()), 0);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static std::string model() { return *dir_ / "m"; }
-
- private:
-  static testing::TempDir* dir_;
-};
-
-testing::TempDir* ServeGatewayTest::dir_ = nullptr;
+class ServeGatewayTest : public testing::ServeModelSuite {};
 
 // Two places in the batch, four endless requests: the first two run, the other two wait. The
 // usage gauge is the live states' bytes over what the plan reserves for the two places: 0 when
