@@ -61,8 +61,17 @@ std::vector<std::pair<uint64_t, uint64_t>> ReadRouter::Impl::Segments(const File
   const uint64_t end = offset + length;
   std::vector<uint64_t> cuts;
   // Pieces are sorted by their start and disjoint (or one piece in several directories), so
-  // those that can cut the range start before its end and end after its start.
-  for (size_t i = f.first_stripe; i < f.sources.size() && f.sources[i].begin < end; ++i) {
+  // those that can cut the range are the last ones starting at or before it and those starting
+  // inside it: a binary search, not a walk from the file's first piece on every read.
+  const auto stripes = std::span(f.sources).subspan(f.first_stripe);
+  auto first = std::upper_bound(stripes.begin(), stripes.end(), offset,
+                                [](uint64_t at, const Source& s) { return at < s.begin; });
+  if (first != stripes.begin()) {
+    const uint64_t begin = std::prev(first)->begin;
+    while (first != stripes.begin() && std::prev(first)->begin == begin) --first;
+  }
+  for (size_t i = f.first_stripe + static_cast<size_t>(first - stripes.begin());
+       i < f.sources.size() && f.sources[i].begin < end; ++i) {
     const Source& s = f.sources[i];
     for (uint64_t at : {s.begin, s.end}) {
       if (at > offset && at < end && at % kDirectAlignment == 0) cuts.push_back(at);
