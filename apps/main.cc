@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "apps/commands.h"
-#include "apps/engine_flags.h"
+#include "apps/commands/commands.h"
+#include "apps/options/engine_flags.h"
 #include "pipeline/ranks/comm.h"
 #include "pipeline/ranks/worker.h"
 

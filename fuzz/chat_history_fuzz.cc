@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "apps/chat_history.h"
+#include "apps/chat/chat_history.h"
 
 namespace {
 constexpr char kFingerprint[] = "fuzz-model";

@@ -9,9 +9,9 @@
 #include "apps/bench/bench_plot.h"
 #include "apps/bench/decode_bench.h"
 #include "apps/bench/io_floor.h"
-#include "apps/device_report.h"
-#include "apps/flags.h"
-#include "apps/tables.h"
+#include "apps/options/flags.h"
+#include "apps/reports/device_report.h"
+#include "apps/reports/tables.h"
 #include "core/util/median.h"
 #include "io/file.h"
 

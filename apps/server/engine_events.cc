@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "apps/device_report.h"
+#include "apps/reports/device_report.h"
 #include "apps/server/http_internal.h"
 #include "httplib.h"
 #include "pipeline/engine.h"

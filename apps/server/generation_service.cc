@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "apps/device_report.h"
+#include "apps/reports/device_report.h"
 
 namespace k3::server {
 

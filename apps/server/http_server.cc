@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "apps/device_report.h"
+#include "apps/reports/device_report.h"
 #include "apps/server/anthropic_request.h"
 #include "apps/server/engine_events.h"
 #include "apps/server/gateway_metrics.h"

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "apps/drives.h"
-#include "apps/tables.h"
+#include "apps/reports/drives.h"
+#include "apps/reports/tables.h"
 #include "apps/tune/tune_sweep.h"
 
 namespace k3::cli::tune {

@@ -1,9 +1,9 @@
 // k3 tune's queue depth per drive. The engine reads every drive (the model's directory's file
-// system, each --volume's: apps/drives.h) through an engine of its own, each with --queue-depth
-// reads in flight. With several drives, k3 tune reads each one alone at every depth of its
-// list (random whole experts from the copies it holds, as k3 bench --raw reads them) and finds
-// the depth at which its rate stops growing. The engine takes one depth for every drive, so the
-// depth chosen is the largest of the drives': none of them is held below its own.
+// system, each --volume's: apps/reports/drives.h) through an engine of its own, each with
+// --queue-depth reads in flight. With several drives, k3 tune reads each one alone at every depth
+// of its list (random whole experts from the copies it holds, as k3 bench --raw reads them) and
+// finds the depth at which its rate stops growing. The engine takes one depth for every drive, so
+// the depth chosen is the largest of the drives': none of them is held below its own.
 #pragma once
 
 #include <random>

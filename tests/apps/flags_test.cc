@@ -1,6 +1,6 @@
-// The flag table (apps/flags.cc): every flag of k3 is defined there and has a row naming the
-// commands that take it, so that none is silently missing from a command's --help.
-#include "apps/flags.h"
+// The flag table (apps/options/flags.cc): every flag of k3 is defined there and has a row naming
+// the commands that take it, so that none is silently missing from a command's --help.
+#include "apps/options/flags.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "apps/engine_flags.h"
+#include "apps/options/engine_flags.h"
 #include "pipeline/engine.h"
 #include "tests/util/run_k3.h"
 
@@ -25,7 +25,7 @@ std::set<std::string> ProjectFlags() {
     if (absl::StrContains(file, "apps/") || absl::StrContains(file, "pipeline/") ||
         absl::StrContains(file, "core/") || absl::StrContains(file, "io/")) {
       names.insert(std::string(name));
-      EXPECT_TRUE(absl::EndsWith(file, "apps/flags.cc"))
+      EXPECT_TRUE(absl::EndsWith(file, "apps/options/flags.cc"))
           << "--" << name << " is defined in " << file << ", not with the others";
     }
   }

@@ -1,4 +1,4 @@
-#include "apps/tables.h"
+#include "apps/reports/tables.h"
 
 #include <gtest/gtest.h>
 
