@@ -22,6 +22,7 @@
 #include "pipeline/held_trunk.h"
 #include "pipeline/ranks/comm.h"
 #include "pipeline/ranks/distributed_experts.h"
+#include "pipeline/ranks/identity.h"
 #include "pipeline/trunk_stream.h"
 
 namespace k3 {
@@ -31,20 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
-  return {.memory = o.memory,
-          .max_context = o.max_context,
-          .prefill_chunk = o.prefill_chunk,
-          .sequences = o.sequences,
-          .min_sequences = o.min_sequences,
-          .max_sequences = o.max_sequences,
-          .sequences_source = o.sequences_source,
-          .ring = {.piece_bytes = o.ring_piece_bytes,
-                   .slots = o.ring_slots,
-                   .pack = pack,
-                   .threads = o.threads}};
-}
-
 // Everything the engine owns, in the order it is built; destroyed users first (~Parts).
 struct Engine::Parts {
   ~Parts() {
@@ -53,37 +40,35 @@ struct Engine::Parts {
     held.reset();
     streamer.reset();
     ranked.reset();
-    provider.reset();
-    reads.reset();
-    cache.reset();
-  }
+  }  // then `side`: the provider, the reads, the cache
 
   absl::Status Init(const EngineOptions& options);
   absl::Status OpenReads();
+  absl::Status Connect();
   absl::Status LoadPinnedTrunk();
 
   // Every file the engine reads: the shards, and the trunk pack when there is one.
   std::vector<io::FileId> FileIds() const {
-    std::vector<io::FileId> ids = shard_files;
+    std::vector<io::FileId> ids = side.shard_files;
     if (pack != nullptr) ids.push_back(pack_file);
     return ids;
   }
 
   int BufferedFiles() const {
     const std::vector<io::FileId> ids = FileIds();
-    return static_cast<int>(std::count_if(ids.begin(), ids.end(),
-                                          [&](io::FileId id) { return !reads->file(id).direct; }));
+    return static_cast<int>(std::count_if(
+        ids.begin(), ids.end(), [&](io::FileId id) { return !side.reads->file(id).direct; }));
   }
 
   // Runs `forward` and adds its figures (time, bytes, stalls, disk busy) to `metrics`.
   template <typename Fn>
   absl::Status Measured(size_t tokens, StepMetrics* metrics, Fn forward) {
-    provider->BeginStep();
+    side.provider->BeginStep();
     const auto t0 = Clock::now();
     const double busy0 = disk.seconds();
     absl::Status s = forward();
     StepMetrics m;
-    provider->TakeMetrics(m);
+    side.provider->TakeMetrics(m);
     if (ranked != nullptr) ranked->TakeMetrics(m);
     streamer->TakeMetrics(m);
     if (held != nullptr) held->TakeMetrics(m);
@@ -100,17 +85,12 @@ struct Engine::Parts {
   RunPlan run;
   const MemoryPlan& plan = run.memory;
   int threads = 0;
-  int prefetch_width = 0;
-  uint64_t prefetch_cap = 0;
   std::unique_ptr<tbb::global_control> limit;
   std::unique_ptr<TrunkWeights> trunk;
-  std::unique_ptr<ExpertCache> cache;
-  std::unique_ptr<io::ReadRouter> reads;
-  std::vector<io::FileId> shard_files;
+  BusyClock disk;    // told about every read: outlives `side`
+  ExpertReads side;  // the expert cache, the read engine over the shards and the provider
   io::FileId pack_file = -1;
-  BusyClock disk;
-  std::unique_ptr<StreamingExpertProvider> provider;
-  // Under mpirun with several ranks: rank 0's experts from `provider`, the others' from theirs.
+  // Under mpirun with several ranks: rank 0's experts from side.provider, the others' from theirs.
   std::unique_ptr<ranks::DistributedExperts> ranked;
   std::unique_ptr<TrunkStreamer> streamer;
   std::unique_ptr<HeldTrunk> held;  // pinned matrices held compressed, if any
@@ -139,20 +119,22 @@ int Engine::sequences_budget_holds() const { return parts_->run.sequences_budget
 SequenceState Engine::NewState() const { return SequenceState(config()); }
 
 std::vector<PrefetchAccuracy> Engine::prefetch_accuracy() const {
-  return parts_->provider->accuracy();
+  return parts_->side.provider->accuracy();
 }
 
-std::vector<io::DeviceReport> Engine::devices() const { return parts_->reads->devices(); }
+std::vector<io::DeviceReport> Engine::devices() const { return parts_->side.reads->devices(); }
 
-void Engine::StepLayers(std::vector<LayerFigures>& out) const { parts_->provider->StepLayers(out); }
+void Engine::StepLayers(std::vector<LayerFigures>& out) const {
+  parts_->side.provider->StepLayers(out);
+}
 std::vector<ranks::RankTraffic> Engine::ranks() const {
   return parts_->ranked != nullptr ? parts_->ranked->traffic() : std::vector<ranks::RankTraffic>{};
 }
 
-void Engine::StartReadLog() { parts_->reads->StartLog(); }
+void Engine::StartReadLog() { parts_->side.reads->StartLog(); }
 
 io::ReadLog Engine::TakeReadLog() {
-  io::ReadRouter& reads = *parts_->reads;
+  io::ReadRouter& reads = *parts_->side.reads;
   io::ReadLog log{.paths = {}, .reads = reads.TakeLog(), .options = reads.options()};
   log.options.engine.arena = nullptr;
   log.options.engine.faults = nullptr;
@@ -183,18 +165,18 @@ nlohmann::json Engine::Settings() const {
           {"embedding_resident", plan.embedding_resident},
           {"lm_head_resident", plan.lm_head_resident},
           {"routers_resident", plan.routers_resident},
-          {"cache_policy", std::string(parts_->cache->policy_name())},
+          {"cache_policy", std::string(parts_->side.cache->policy_name())},
           {"queue_depth", o.queue_depth},
           {"prefetch_distance", o.overlap ? o.prefetch_distance : 0},
           {"prefill_prefetch_distance", o.overlap ? o.prefill_prefetch_distance : 0},
-          {"prefetch_width", parts_->prefetch_width},
-          {"prefetch_cap_bytes", parts_->prefetch_cap},
+          {"prefetch_width", parts_->side.stream.prefetch_width},
+          {"prefetch_cap_bytes", parts_->side.stream.prefetch_cap_bytes},
           {"threads", parts_->threads},
           {"overlap", o.overlap},
           {"prefill_chunk", plan.prefill_chunk},
           {"max_context", plan.context},
           {"storage_profile", o.storage_profile},
-          {"io_backend", std::string(parts_->reads->backend_name())},
+          {"io_backend", std::string(parts_->side.reads->backend_name())},
           {"direct_io", o.direct_io},
           {"volumes", o.volumes},
           {"buffered_files", parts_->BufferedFiles()},
@@ -204,9 +186,9 @@ nlohmann::json Engine::Settings() const {
 std::string Engine::DescribeReads() const {
   const int buffered = parts_->BufferedFiles();
   const size_t files = parts_->FileIds().size();
-  const std::vector<io::DeviceReport> devices = parts_->reads->devices();
+  const std::vector<io::DeviceReport> devices = parts_->side.reads->devices();
   std::string line = absl::StrCat(
-      "  reads                 ", std::string(parts_->reads->backend_name()), ", queue depth ",
+      "  reads                 ", std::string(parts_->side.reads->backend_name()), ", queue depth ",
       parts_->options.queue_depth, devices.size() > 1 ? " per drive, " : ", ");
   if (buffered == 0) {
     absl::StrAppend(&line, "O_DIRECT\n");
@@ -269,8 +251,8 @@ absl::Status Engine::Parts::LoadPinnedTrunk() {
     };
   };
   if (auto tensors = HeldCompressedTensors(*ckpt, pack.get(), plan); !tensors.empty()) {
-    auto loaded =
-        HeldTrunk::Load(*pack, tensors, *reads, pack_file, progress("loading compressed trunk"));
+    auto loaded = HeldTrunk::Load(*pack, tensors, *side.reads, pack_file,
+                                  progress("loading compressed trunk"));
     bar.reset();  // finishes it
     if (!loaded.ok()) return loaded.status();
     held = *std::move(loaded);
@@ -289,17 +271,31 @@ absl::Status Engine::Parts::LoadPinnedTrunk() {
 }
 
 absl::Status Engine::Parts::OpenReads() {
-  auto opened =
-      OpenExpertReads(*ckpt, options, plan.cache_bytes, plan.cache_slots, run.expert_slot_bytes);
+  auto opened = OpenExpertReads(*ckpt, options, run);
   if (!opened.ok()) return opened.status();
-  cache = std::move(opened->cache);
-  reads = std::move(opened->reads);
-  shard_files = std::move(opened->shard_files);
+  side = *std::move(opened);
   if (pack != nullptr) {
-    auto id = reads->OpenFile(pack->pack_path());
+    auto id = side.reads->OpenFile(pack->pack_path());
     if (!id.ok()) return id.status();
     pack_file = *id;
   }
+  return absl::OkStatus();
+}
+
+// Under mpirun with several ranks: the other ranks' experts beside rank 0's own.
+absl::Status Engine::Parts::Connect() {
+  double rate = 0;
+  for (const io::DeviceReport& d : side.reads->devices()) rate += d.rate;
+  auto identity = ranks::IdentifyRank(ckpt->dir());
+  if (!identity.ok()) return identity.status();
+  auto connected = ranks::DistributedExperts::Connect(
+      ckpt->config(), *side.provider, {.cache_bytes = plan.cache_bytes, .disk_rate = rate},
+      *identity);
+  if (!connected.ok()) return connected.status();
+  ranked = *std::move(connected);
+  ranks::DistributedExperts* r = ranked.get();
+  side.provider->ShareGuesses([r](int64_t l, int32_t e) { return r->Remote(l, e); },
+                              [r](int64_t l, std::vector<int32_t> e) { r->ForwardGuesses(l, e); });
   return absl::OkStatus();
 }
 
@@ -321,38 +317,19 @@ absl::Status Engine::Parts::Init(const EngineOptions& given) {
       std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
   if (absl::Status s = OpenReads(); !s.ok()) return s;
   // The streamer first: the weights hold its handles for what is not resident.
-  auto created =
-      TrunkStreamer::Create(*ckpt, plan, pack.get(), *reads, shard_files, pack_file, disk);
+  auto created = TrunkStreamer::Create(*ckpt, plan, pack.get(), *side.reads, side.shard_files,
+                                       pack_file, disk);
   if (!created.ok()) return created.status();
   streamer = *std::move(created);
   if (absl::Status s = LoadPinnedTrunk(); !s.ok()) return s;
   streamer->Attach(*trunk);
-  const ModelConfig& config = ckpt->config();
-  prefetch_width = options.prefetch_width > 0 ? options.prefetch_width
-                                              : static_cast<int>(config.num_experts_per_token);
-  prefetch_cap = static_cast<uint64_t>(options.prefetch_cap_fraction * plan.cache_bytes);
-  ExpertStreamOptions stream;
-  stream.overlap = options.overlap;
-  stream.prefetch_distance = options.prefetch_distance;
-  stream.prefill_prefetch_distance = options.prefill_prefetch_distance;
-  stream.prefetch_width = prefetch_width;
-  stream.prefetch_cap_bytes = prefetch_cap;
-  provider = std::make_unique<StreamingExpertProvider>(*ckpt, *trunk, *cache, *reads, shard_files,
-                                                       disk, stream);
-  ExpertProvider* experts = provider.get();
+  StreamExperts(side, *ckpt, *trunk, disk, options);
+  ExpertProvider* experts = side.provider.get();
   if (ranks::Distributed()) {
-    double rate = 0;
-    for (const io::DeviceReport& d : reads->devices()) rate += d.rate;
-    auto connected = ranks::DistributedExperts::Connect(
-        config, *provider, {.cache_bytes = plan.cache_bytes, .disk_rate = rate});
-    if (!connected.ok()) return connected.status();
-    ranked = *std::move(connected);
+    if (absl::Status s = Connect(); !s.ok()) return s;
     experts = ranked.get();
-    ranks::DistributedExperts* r = ranked.get();
-    provider->ShareGuesses([r](int64_t l, int32_t e) { return r->Remote(l, e); },
-                           [r](int64_t l, std::vector<int32_t> e) { r->ForwardGuesses(l, e); });
   }
-  model = std::make_unique<Model>(config, *trunk, *experts, *streamer);
+  model = std::make_unique<Model>(ckpt->config(), *trunk, *experts, *streamer);
   return absl::OkStatus();
 }
 

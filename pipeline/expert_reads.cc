@@ -9,9 +9,11 @@
 namespace k3 {
 
 absl::StatusOr<ExpertReads> OpenExpertReads(const Checkpoint& ckpt, const EngineOptions& options,
-                                            uint64_t cache_bytes, int64_t cache_slots,
-                                            uint64_t slot_bytes) {
+                                            const RunPlan& run) {
+  const uint64_t cache_bytes = run.memory.cache_bytes, slot_bytes = run.expert_slot_bytes;
+  const int64_t cache_slots = run.memory.cache_slots;
   ExpertReads out;
+  out.cache_bytes = cache_bytes;
   auto policy = MakePolicy(
       options.cache_policy.empty() ? kDefaultPolicy : options.cache_policy,
       {.capacity = cache_slots, .num_layers = static_cast<int32_t>(ckpt.config().num_layers)});
@@ -55,6 +57,21 @@ absl::StatusOr<ExpertReads> OpenExpertReads(const Checkpoint& ckpt, const Engine
     out.shard_files.push_back(*id);
   }
   return out;
+}
+
+void StreamExperts(ExpertReads& side, const Checkpoint& ckpt, const TrunkWeights& routers,
+                   BusyClock& disk, const EngineOptions& options) {
+  ExpertStreamOptions& stream = side.stream;
+  stream.overlap = options.overlap;
+  stream.prefetch_distance = options.prefetch_distance;
+  stream.prefill_prefetch_distance = options.prefill_prefetch_distance;
+  stream.prefetch_width = options.prefetch_width > 0
+                              ? options.prefetch_width
+                              : static_cast<int>(ckpt.config().num_experts_per_token);
+  stream.prefetch_cap_bytes =
+      static_cast<uint64_t>(options.prefetch_cap_fraction * static_cast<double>(side.cache_bytes));
+  side.provider = std::make_unique<StreamingExpertProvider>(ckpt, routers, *side.cache, *side.reads,
+                                                            side.shard_files, disk, stream);
 }
 
 }  // namespace k3

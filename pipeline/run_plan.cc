@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/progress.h"
+#include "pipeline/engine_options.h"
 
 namespace k3 {
 namespace {
@@ -248,6 +249,38 @@ absl::StatusOr<RunPlan> PlanRun(const Checkpoint& ckpt, const RunRequest& r, uin
   if (auto_chunk) GrowPrefillChunk(ckpt, r, context, footprint, ram, run.memory);
   if (chosen && chosen->context > 0) run.memory.context_source = chosen->source;
   run.expert_slot_bytes = footprint.expert_slot_bytes;
+  return run;
+}
+
+RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
+  return {.memory = o.memory,
+          .max_context = o.max_context,
+          .prefill_chunk = o.prefill_chunk,
+          .sequences = o.sequences,
+          .min_sequences = o.min_sequences,
+          .max_sequences = o.max_sequences,
+          .sequences_source = o.sequences_source,
+          .ring = {.piece_bytes = o.ring_piece_bytes,
+                   .slots = o.ring_slots,
+                   .pack = pack,
+                   .threads = o.threads}};
+}
+
+absl::StatusOr<RunPlan> PlanExpertRank(const Checkpoint& ckpt, const RunRequest& request,
+                                       uint64_t ram) {
+  auto run = PlanRun(ckpt, request, ram);
+  if (!run.ok()) return run.status();
+  MemoryPlan& plan = run->memory;
+  const ModelConfig& c = ckpt.config();
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.is_dense(l) ? 0 : 1;
+  const uint64_t slot = run->expert_slot_bytes;
+  const uint64_t reserved = plan.buffer_bytes + plan.vector_bytes;
+  const uint64_t room = plan.budget_bytes > reserved ? plan.budget_bytes - reserved : 0;
+  plan.cache_slots =
+      std::min<int64_t>(std::max<int64_t>(plan.cache_slots, static_cast<int64_t>(room / slot)),
+                        moe_layers * static_cast<int64_t>(c.num_experts));
+  plan.cache_bytes = static_cast<uint64_t>(plan.cache_slots) * slot;
   return run;
 }
 

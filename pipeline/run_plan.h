@@ -29,6 +29,8 @@
 
 namespace k3 {
 
+struct EngineOptions;  // pipeline/engine_options.h
+
 // `--prefill-chunk auto`: the largest chunk the budget holds.
 inline constexpr int kAutoPrefillChunk = 0;
 // `--max-context auto`: the longest context the budget holds.
@@ -62,6 +64,16 @@ struct RunPlan {
 // below the minimum or more sequences than it holds.
 absl::StatusOr<RunPlan> PlanRun(const Checkpoint& ckpt, const RunRequest& request,
                                 uint64_t available_ram_bytes);
+
+// What the engine's options ask of the plan, with the trunk pack if any.
+RunRequest PlanRequestOf(const EngineOptions& options, const TrunkPack* pack);
+
+// The plan of a rank of expert parallelism other than 0 (pipeline/ranks/worker.h): the plan one
+// process would make under `request`, with all of its budget but the activations' buffers (a
+// job's rows and products fit in them) and the vectors given to the expert cache, up to every
+// expert, since such a rank holds no trunk, no sequence state and no lm_head.
+absl::StatusOr<RunPlan> PlanExpertRank(const Checkpoint& ckpt, const RunRequest& request,
+                                       uint64_t available_ram_bytes);
 
 struct ContextChoice {
   int64_t context = 0;  // tokens a sequence; 0 when not even one token's state fits

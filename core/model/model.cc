@@ -1,13 +1,10 @@
 #include "core/model/model.h"
 
-#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
-#include <map>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -24,7 +21,6 @@ using kernels::Sigmoid;
 // MLA LoRA norms use the first-party default epsilon, not rms_norm_eps (MODEL.md 0 Q1).
 constexpr float kMlaLoraEps = 1e-6f;
 constexpr float kL2Eps = 1e-6f;  // KDA q/k L2 norm, added to the sum of squares
-constexpr size_t kRowsPerTask = 64;
 
 std::span<float> Row(std::span<float> v, size_t row, size_t width) {
   return v.subspan(row * width, width);
@@ -73,35 +69,6 @@ bool DropCancelled(std::vector<Model::Rows>& rows, std::vector<int32_t>& ids, St
 void ForEachToken(size_t tokens, const std::function<void(size_t)>& fn) {
   tbb::parallel_for(size_t{0}, tokens, fn);
 }
-
-// One product split into row tasks; every task reads the one layout of the activations.
-void Mxfp4MatMulParallel(const kernels::Mxfp4Matrix& w, const kernels::Mxfp4Activations& x,
-                         std::span<float> y) {
-  tbb::parallel_for(
-      tbb::blocked_range<size_t>(0, w.rows, kRowsPerTask),
-      [&](const tbb::blocked_range<size_t>& r) {
-        kernels::Mxfp4MatMul(w, x, y, r.begin(), r.end());
-      },
-      tbb::simple_partitioner());
-}
-
-}  // namespace
-
-void RoutedExpertProduct(const ModelConfig& config, const ExpertWeights& ew,
-                         std::span<const float> in, size_t n, StepScratch::ExpertPass& pass,
-                         std::span<float> out) {
-  const size_t latent = config.routed_expert_hidden_size, width = config.moe_intermediate_size;
-  const std::span<float> g(pass.gate.data(), n * width), p(pass.up.data(), n * width);
-  kernels::Mxfp4Activations& batch = pass.batch;  // gate and up share one layout of the input
-  batch.Assign(in.first(n * latent), n, latent);
-  Mxfp4MatMulParallel(ew.w1, batch, g);
-  Mxfp4MatMulParallel(ew.w3, batch, p);
-  kernels::SituGlu(g, p, g, config.situ_beta, config.situ_linear_beta);
-  batch.Assign(g, n, width);
-  Mxfp4MatMulParallel(ew.w2, batch, out.first(n * latent));
-}
-
-namespace {
 
 // The segment that holds stacked row `t`.
 size_t RowsOf(std::span<const Model::Rows> rows, size_t t) {
@@ -286,126 +253,6 @@ void Model::SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down
   MatMul(up_w, x, tokens, up);
   kernels::SituGlu(gate, up, gate, config_.situ_beta, config_.situ_linear_beta);
   MatMul(down_w, gate, tokens, out);
-}
-
-namespace {
-
-using ExpertUsers = std::vector<const std::vector<std::pair<size_t, size_t>>*>;
-
-// Hands the other processes the rows of z each of `experts` multiplies (users[i]: its (token,
-// rank) pairs); `tokens` keeps their numbers until Finish.
-absl::Status StartRemote(RemoteExperts& remote, int64_t layer, std::span<const int32_t> experts,
-                         const ExpertUsers& users, std::span<const float> z,
-                         std::vector<size_t>& tokens) {
-  std::vector<size_t> counts;
-  for (const auto* u : users) {
-    counts.push_back(u->size());
-    for (const auto& [t, j] : *u) tokens.push_back(t);
-  }
-  return remote.Start(layer, experts, counts, tokens, z);
-}
-
-// Puts each returned product (stacked as StartRemote stacked the rows) in its (token, rank) slot.
-void PlaceRemote(const ExpertUsers& users, std::span<const float> products, size_t top,
-                 size_t latent, std::span<float> slots) {
-  size_t at = 0;
-  for (const auto* u : users) {
-    for (const auto& [t, j] : *u) {
-      std::copy_n(products.data() + at, latent, slots.data() + (t * top + j) * latent);
-      at += latent;
-    }
-  }
-}
-
-}  // namespace
-
-absl::Status Model::Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
-                        std::span<float> out) {
-  const size_t experts = config_.num_experts, top = config_.num_experts_per_token;
-  const size_t latent = config_.routed_expert_hidden_size;
-  const StepScratch::MoeBuffers b = scratch_.moe(tokens);
-  const std::span<float> logits = b.logits, z = b.z, shared = b.shared, slots = b.slots;
-  // Route every token on the full width, in fp32.
-  MatMul(w.router, x, tokens, logits);
-  std::vector<std::vector<kernels::RoutedExpert>> routes(tokens);
-  const bool renormalize = config_.moe_renormalize && top > 1;
-  for (size_t t = 0; t < tokens; ++t) {
-    kernels::RouteTopK(Row(logits, t, experts), w.router_bias, top, renormalize,
-                       static_cast<float>(config_.routed_scaling_factor), routes[t]);
-  }
-  // The union of the chunk's experts, each with the (token, rank) pairs that chose it; reads
-  // start now, while the latent projection and the shared experts run.
-  std::map<int32_t, std::vector<std::pair<size_t, size_t>>> users;
-  for (size_t t = 0; t < tokens; ++t) {
-    for (size_t j = 0; j < top; ++j) users[routes[t][j].expert].emplace_back(t, j);
-  }
-  // The experts this process multiplies, and those another one does (expert parallelism).
-  RemoteExperts* remote = experts_.remote();
-  std::vector<int32_t> wanted, away;
-  std::vector<const std::vector<std::pair<size_t, size_t>>*> wanted_users, away_users;
-  for (const auto& [e, u] : users) {
-    const bool elsewhere = remote != nullptr && remote->Remote(layer, e);
-    (elsewhere ? away : wanted).push_back(e);
-    (elsewhere ? away_users : wanted_users).push_back(&u);
-  }
-  experts_.StartFetch(layer, wanted);
-  MatMul(w.latent_down, x, tokens, z);
-  // The other processes' rows go out first: their products come back while ours run.
-  std::vector<size_t> away_tokens;
-  std::vector<float> away_products;
-  absl::Status sent;
-  if (!away.empty()) sent = StartRemote(*remote, layer, away, away_users, z, away_tokens);
-  std::function<void()> alongside;
-  if (!shared.empty()) {  // one fused MLP on the full width, unweighted
-    alongside = [&] {
-      SituMlp(w.shared_gate, w.shared_up, w.shared_down, x, tokens, b.shared_mlp, shared);
-    };
-  }
-  // Each expert's output goes to its own slot, whatever order the bytes arrive in.
-  // An expert's rows go kExpertRowsPerPass at a time (a row's result does not depend on the
-  // rows beside it), so that a chunk whose tokens all choose one expert needs no more memory
-  // than one whose tokens spread.
-  auto use = [&](size_t i, const ExpertWeights& ew) {
-    const auto& u = *wanted_users[i];
-    const size_t pass = std::min(u.size(), kExpertRowsPerPass);
-    const auto buffers = scratch_.BorrowExpertPass(pass);
-    const std::span<float> in = buffers->in, y = buffers->y;
-    for (size_t first = 0; first < u.size(); first += pass) {
-      const size_t n = std::min(pass, u.size() - first);
-      for (size_t r = 0; r < n; ++r) {
-        std::copy_n(z.data() + u[first + r].first * latent, latent, in.data() + r * latent);
-      }
-      RoutedExpertProduct(config_, ew, in, n, *buffers, y);
-      for (size_t r = 0; r < n; ++r) {
-        const auto [t, j] = u[first + r];
-        std::copy_n(y.data() + r * latent, latent, slots.data() + (t * top + j) * latent);
-      }
-    }
-  };
-  absl::Status s = experts_.ForEachExpert(layer, wanted, use, alongside);
-  if (!away.empty()) {
-    // Always collected, even after a failure here, so that no answer is left for a later layer.
-    away_products.resize(away_tokens.size() * latent);
-    absl::Status got = remote->Finish(away_products);
-    if (s.ok()) s = sent.ok() ? got : sent;
-    if (s.ok()) PlaceRemote(away_users, away_products, top, latent, slots);
-  }
-  if (!s.ok()) return s;
-  // Fixed-order weighted sum (descending score), latent norm, up-projection.
-  const std::span<float> agg = b.agg;
-  std::fill(agg.begin(), agg.end(), 0.0f);
-  for (size_t t = 0; t < tokens; ++t) {
-    std::span<float> a = Row(agg, t, latent);
-    for (size_t j = 0; j < top; ++j) {
-      kernels::Axpy(routes[t][j].weight, {slots.data() + (t * top + j) * latent, latent}, a);
-    }
-    if (config_.latent_moe_use_norm) {
-      kernels::RmsNorm(a, w.latent_norm, static_cast<float>(config_.rms_norm_eps), a);
-    }
-  }
-  MatMul(w.latent_up, agg, tokens, out);
-  for (size_t i = 0; i < shared.size(); ++i) out[i] += shared[i];
-  return absl::OkStatus();
 }
 
 absl::Status Model::Layer(int64_t l, const LayerWeights& lw, std::span<const Rows> rows,

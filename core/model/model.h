@@ -64,15 +64,6 @@ struct BatchSegment {
 // Rows of position logits computed at once (kPositionLogitsRows x vocab floats).
 inline constexpr size_t kPositionLogitsRows = 64;
 
-// One routed expert's product for `n` rows of latent input `in` ([n, routed_expert_hidden_size],
-// n <= kExpertRowsPerPass) into `out` (the same shape), with `pass`'s gate, up and layout buffers
-// (sized for n rows): SiTU-gated w1 and w3, then w2. A row's result depends neither on the rows
-// beside it nor on the threads (each output element is one task's), so any process multiplying
-// the same rows with the same kernels gets the same bits.
-void RoutedExpertProduct(const ModelConfig& config, const ExpertWeights& ew,
-                         std::span<const float> in, size_t n, StepScratch::ExpertPass& pass,
-                         std::span<float> out);
-
 class Model {
  public:
   // Every layer resident in `trunk`.
@@ -126,6 +117,7 @@ class Model {
   void SituMlp(const Matrix& gate_w, const Matrix& up_w, const Matrix& down_w,
                std::span<const float> x, size_t tokens, const StepScratch::MlpBuffers& b,
                std::span<float> out) const;
+  // The Stable LatentMoE feed-forward (core/model/moe.cc).
   absl::Status Moe(int64_t layer, const MoeWeights& w, std::span<const float> x, size_t tokens,
                    std::span<float> out);
   // Runs layer `layer` on the scratch's prefix; `blocks` counts the snapshots taken so far.

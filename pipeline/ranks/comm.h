@@ -18,18 +18,18 @@
 
 namespace k3::ranks {
 
-// Message tags.
+// Message tags. What the messages carry is pipeline/ranks/protocol.h's structs, encoded and
+// decoded there; a job is kJob then kRows, answered by kProducts (or kError).
 enum Tag : int {
   kHello = 1,  // rank 0 -> worker: int64 {0}: open the checkpoint (rank 0's model exists now)
-  kInfo,       // worker -> rank 0: its capacity as JSON text, or {"error": ...}
-  kJob,        // rank 0 -> worker: int64 {layer, experts, rows, expert ids..., row counts...}
-  kRows,       // rank 0 -> worker: the job's rows (float)
-  kProducts,   // worker -> rank 0: the job's products (float), stacked as its rows, then its
-               // seconds on the job
+  kInfo,       // worker -> rank 0: WorkerInfo (JSON): its capacity and identity, or its error
+  kJob,        // rank 0 -> worker: a LayerJob's header (int64)
+  kRows,       // rank 0 -> worker: the LayerJob's rows (float)
+  kProducts,   // worker -> rank 0: the LayerResult (float): the products, then its seconds
   kError,      // worker -> rank 0: what failed (text); the worker then waits to be ended
   kShutdown,   // rank 0 -> worker: int64 {0}: exit (before or after kHello)
   kPing,       // rank 0 -> worker: floats, the first the count to answer with; and the answer
-  kPrefetch,   // rank 0 -> worker: int64 {layer, expert ids...}: the lookahead's guesses
+  kPrefetch,   // rank 0 -> worker: a LayerGuess (int64): the lookahead's guesses
 };
 
 struct World {

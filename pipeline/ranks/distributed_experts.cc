@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "pipeline/busy_clock.h"
 #include "pipeline/ranks/comm.h"
 
@@ -13,43 +12,45 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Each worker's capacity, from its kInfo answer to kHello.
-absl::StatusOr<RankCapacity> AskWorker(int rank) {
+// Each worker's answer to kHello.
+absl::StatusOr<WorkerInfo> AskWorker(int rank) {
   static const Tag kInfoTag[] = {kInfo};
   auto m = Await(rank, kInfoTag, Timeout(/*open=*/true));
   if (!m.ok()) return m.status();
   std::string text;
   if (absl::Status s = Receive(*m, text); !s.ok()) return s;
-  const nlohmann::json info = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (info.is_discarded() || !info.is_object()) {
-    return absl::InternalError(absl::StrCat(Name(rank), " answered a malformed greeting"));
-  }
-  if (info.contains("error")) {
+  auto info = DecodeWorkerInfo(text);
+  if (!info.ok())
+    return absl::InternalError(absl::StrCat(Name(rank), ": ", info.status().message()));
+  if (!info->error.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Name(rank), " could not open its experts: ", info.value("error", "")));
+        absl::StrCat(Name(rank), " could not open its experts: ", info->error));
   }
-  return RankCapacity{.cache_bytes = info.value("cache_bytes", uint64_t{0}),
-                      .disk_rate = info.value("disk_rate", 0.0)};
+  return info;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DistributedExperts>> DistributedExperts::Connect(
-    const ModelConfig& config, ExpertProvider& local, const RankCapacity& own) {
+    const ModelConfig& config, ExpertProvider& local, const RankCapacity& own,
+    const RankIdentity& identity) {
   const World& w = world();
   static const int64_t kOpen[1] = {0};
   for (int r = 1; r < w.size; ++r) {
     if (absl::Status s = PostSend(r, kHello, std::span(kOpen)); !s.ok()) return s;
   }
   std::vector<RankCapacity> capacity = {own};
+  absl::Status refused;  // the first rank refused; every answer is taken first
   for (int r = 1; r < w.size; ++r) {
-    auto c = AskWorker(r);
-    // A rank that could not open its checkpoint is alive and exits when told; one that did not
-    // answer may not be.
-    if (!c.ok() && !absl::IsFailedPrecondition(c.status())) FailJob(c.status());
-    if (!c.ok()) return c.status();
-    capacity.push_back(*c);
+    auto info = AskWorker(r);
+    // A rank that could not open its checkpoint, or is refused, is alive and exits when told;
+    // one that did not answer may not be.
+    if (!info.ok() && !absl::IsFailedPrecondition(info.status())) FailJob(info.status());
+    absl::Status s = info.ok() ? CheckLikeRank0(identity, info->identity, r) : info.status();
+    if (refused.ok()) refused = s;
+    capacity.push_back(info.ok() ? info->capacity : RankCapacity{});
   }
+  if (!refused.ok()) return refused;
   if (absl::Status s = WaitSends(Timeout()); !s.ok()) return s;
   const uint64_t all = config.expert_bytes() * static_cast<uint64_t>(config.num_experts) *
                        static_cast<uint64_t>(config.num_layers);
@@ -129,10 +130,10 @@ absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> e
   size_t at = 0;
   for (size_t i = 0; i < experts.size(); ++i) {
     const auto r = static_cast<size_t>(partition_.owner(layer, experts[i]));
-    Job& j = jobs_[r];
-    j.at.push_back(at);
-    j.ids.push_back(experts[i]);
-    j.counts.push_back(static_cast<int64_t>(counts[i]));
+    LayerJob& j = jobs_[r].job;
+    jobs_[r].at.push_back(at);
+    j.experts.push_back(experts[i]);
+    j.counts.push_back(counts[i]);
     for (size_t k = at; k < at + counts[i]; ++k) {
       const size_t t = tokens[k];
       if (row_in[r].size() <= t) row_in[r].resize(t + 1, -1);
@@ -141,24 +142,20 @@ absl::Status DistributedExperts::Start(int64_t layer, std::span<const int32_t> e
         j.rows.insert(j.rows.end(), x.begin() + static_cast<ptrdiff_t>(t * latent),
                       x.begin() + static_cast<ptrdiff_t>((t + 1) * latent));
       }
-      j.row_of.push_back(row_in[r][t]);
+      j.row_of.push_back(static_cast<size_t>(row_in[r][t]));
     }
     at += counts[i];
   }
   for (size_t r = 1; r < jobs_.size(); ++r) {
     Job& j = jobs_[r];
-    if (j.ids.empty()) continue;
-    // {layer, experts, rows, expert ids..., row counts..., each pair's row...}
-    j.header = {layer, static_cast<int64_t>(j.ids.size()),
-                static_cast<int64_t>(j.rows.size() / latent)};
-    for (const auto* part : {&j.ids, &j.counts, &j.row_of}) {
-      j.header.insert(j.header.end(), part->begin(), part->end());
-    }
+    if (j.job.experts.empty()) continue;
+    j.job.layer = layer;
+    j.header = EncodeJobHeader(j.job, latent);
     const int to = static_cast<int>(r);
     absl::Status s = PostSend(to, kJob, j.header);
-    if (s.ok()) s = PostSend(to, kRows, j.rows);
+    if (s.ok()) s = PostSend(to, kRows, j.job.rows);
     if (!s.ok()) FailJob(s);
-    const uint64_t bytes = j.header.size() * sizeof(int64_t) + j.rows.size() * sizeof(float);
+    const uint64_t bytes = j.header.size() * sizeof(int64_t) + j.job.rows.size() * sizeof(float);
     traffic_[r].bytes_out += bytes;
     metrics_.exchange_bytes += bytes;
     ++traffic_[r].layers;
@@ -173,25 +170,28 @@ absl::Status DistributedExperts::Finish(std::span<float> products) {
   absl::Status status = WaitSends(Timeout());
   if (status.ok()) guesses_.clear();  // every send, the guesses' too, is done
   for (size_t r = 1; status.ok() && r < jobs_.size(); ++r) {
-    Job& j = jobs_[r];
-    if (j.ids.empty()) continue;
+    const Job& j = jobs_[r];
+    if (j.job.experts.empty()) continue;
     const int from = static_cast<int>(r);
     auto m = Await(from, kProductsTag, Timeout());
     std::vector<float> got;
     status = m.ok() ? Receive(*m, got) : m.status();
-    if (status.ok() && got.size() != j.row_of.size() * latent + 1) {
-      status = absl::InternalError(absl::StrCat(Name(from), " returned ", got.size() / latent,
-                                                " products for ", j.row_of.size(), " rows"));
-    }
     if (!status.ok()) break;
+    const uint64_t bytes = got.size() * sizeof(float);
+    auto result = DecodeLayerResult(std::move(got), j.job.row_of.size(), latent);
+    if (!result.ok()) {
+      status = absl::Status(result.status().code(),
+                            absl::StrCat(Name(from), ": ", result.status().message()));
+      break;
+    }
     traffic_[r].seconds += SecondsSince(started_);
-    traffic_[r].worker_seconds += got.empty() ? 0.0f : got.back();  // (never empty here)
-    traffic_[r].bytes_back += got.size() * sizeof(float);
-    metrics_.exchange_bytes += got.size() * sizeof(float);
+    traffic_[r].worker_seconds += result->seconds;
+    traffic_[r].bytes_back += bytes;
+    metrics_.exchange_bytes += bytes;
     size_t from_at = 0;
     for (size_t k = 0; k < j.at.size(); ++k) {
-      const auto n = static_cast<size_t>(j.counts[k]) * latent;
-      std::copy_n(got.data() + from_at, n, products.data() + j.at[k] * latent);
+      const size_t n = j.job.counts[k] * latent;
+      std::copy_n(result->products.data() + from_at, n, products.data() + j.at[k] * latent);
       from_at += n;
     }
   }
@@ -208,15 +208,12 @@ void DistributedExperts::ForwardGuesses(int64_t layer, const std::vector<int32_t
     if (absl::Status s = WaitSends(Timeout()); !s.ok()) FailJob(s);
     guesses_.clear();
   }
-  std::vector<std::vector<int64_t>> by_rank(jobs_.size());
-  for (int32_t e : experts) {
-    auto& g = by_rank[static_cast<size_t>(partition_.owner(layer, e))];
-    if (g.empty()) g.push_back(layer);
-    g.push_back(e);
-  }
+  std::vector<LayerGuess> by_rank(jobs_.size(), LayerGuess{.layer = layer});
+  for (int32_t e : experts)
+    by_rank[static_cast<size_t>(partition_.owner(layer, e))].experts.push_back(e);
   for (size_t r = 1; r < by_rank.size(); ++r) {
-    if (by_rank[r].empty()) continue;
-    guesses_.push_back(std::move(by_rank[r]));
+    if (by_rank[r].experts.empty()) continue;
+    guesses_.push_back(EncodeLayerGuess(by_rank[r]));
     // A guess that cannot be sent costs nothing: the layer's job will find out.
     (void)PostSend(static_cast<int>(r), kPrefetch, guesses_.back());
     traffic_[r].bytes_out += guesses_.back().size() * sizeof(int64_t);

@@ -15,7 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/expert_provider.h"
+#include "pipeline/ranks/identity.h"
 #include "pipeline/ranks/partition.h"
+#include "pipeline/ranks/protocol.h"
 #include "pipeline/step_metrics.h"
 
 namespace k3::ranks {
@@ -39,10 +41,13 @@ struct RankTraffic {
 class DistributedExperts : public ExpertProvider, public RemoteExperts {
  public:
   // Tells every worker to open the checkpoint and learns what each brings, then partitions the
-  // experts by `local` (rank 0's own capacity) and theirs. An error names the rank that failed.
+  // experts by `own` (rank 0's capacity) and theirs. An error names the rank that failed; a rank
+  // whose SIMD target or checkpoint differs from rank 0's `identity` is refused
+  // (FailedPrecondition naming it and both values).
   static absl::StatusOr<std::unique_ptr<DistributedExperts>> Connect(const ModelConfig& config,
                                                                      ExpertProvider& local,
-                                                                     const RankCapacity& own);
+                                                                     const RankCapacity& own,
+                                                                     const RankIdentity& identity);
 
   // ExpertProvider: rank 0's own experts.
   void Lookahead(int64_t layer, std::span<const float> x, size_t tokens) override {
@@ -83,10 +88,9 @@ class DistributedExperts : public ExpertProvider, public RemoteExperts {
 
   // One layer's job for one rank, kept until its products are in.
   struct Job {
-    std::vector<int64_t> ids, counts, row_of;  // row_of: each (expert, row) pair's row in `rows`
-    std::vector<int64_t> header;
-    std::vector<float> rows;  // each token's row once, however many of the rank's experts use it
-    std::vector<size_t> at;   // where each of its experts' pairs start in Start's `tokens`
+    LayerJob job;
+    std::vector<int64_t> header;  // its encoding, kept until sent
+    std::vector<size_t> at;       // where each of its experts' pairs start in Start's `tokens`
   };
 
   const ModelConfig& config_;

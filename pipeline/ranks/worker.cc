@@ -6,17 +6,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/model/model.h"
-#include "nlohmann/json.hpp"
+#include "core/model/moe.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/expert_reads.h"
-#include "pipeline/expert_stream.h"
 #include "pipeline/ranks/comm.h"
+#include "pipeline/ranks/identity.h"
+#include "pipeline/ranks/protocol.h"
+#include "pipeline/run_plan.h"
 
 #ifdef K3_WITH_MPI
 #include <mpi.h>
@@ -25,52 +26,32 @@
 namespace k3::ranks {
 namespace {
 
-// The experts this rank reads and multiplies: the engine's expert streaming without the trunk.
+// The experts this rank reads and multiplies: the engine's expert side without the trunk.
 struct Experts {
-  ~Experts() {
-    provider.reset();  // waits for its reads; then the reads, then the cache they land in
-    reads.reads.reset();
-  }
   std::unique_ptr<Checkpoint> ckpt;
   TrunkWeights no_trunk;  // the provider reads routers only to predict, which workers do not
-  ExpertReads reads;
   BusyClock disk;
-  std::unique_ptr<StreamingExpertProvider> provider;
+  ExpertReads side;
+  std::unique_ptr<StepScratch> scratch;  // its expert passes
+  RankIdentity identity;
 };
 
-absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& options,
-                                                     uint64_t& cache_bytes) {
+absl::StatusOr<std::unique_ptr<Experts>> OpenExperts(const EngineOptions& options) {
   auto e = std::make_unique<Experts>();
   auto opened = Checkpoint::Open(options.model_dir);
   if (!opened.ok()) return opened.status();
   e->ckpt = *std::move(opened);
-  // This rank's budget as one process would plan it; it holds no trunk, no sequence state and
-  // no lm_head, so all but the activations' buffers (a job's rows and products fit in them) and
-  // the vectors goes to the cache, up to every expert.
-  auto run = PlanRun(*e->ckpt, PlanRequestOf(options, nullptr), AvailableRamBytes());
+  auto run = PlanExpertRank(*e->ckpt, PlanRequestOf(options, nullptr), AvailableRamBytes());
   if (!run.ok()) return run.status();
-  const MemoryPlan& plan = run->memory;
-  const ModelConfig& c = e->ckpt->config();
-  int64_t moe_layers = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.is_dense(l) ? 0 : 1;
-  const uint64_t slot = run->expert_slot_bytes;
-  const uint64_t reserved = plan.buffer_bytes + plan.vector_bytes;
-  const uint64_t room = plan.budget_bytes > reserved ? plan.budget_bytes - reserved : 0;
-  const int64_t slots =
-      std::min<int64_t>(std::max<int64_t>(plan.cache_slots, static_cast<int64_t>(room / slot)),
-                        moe_layers * static_cast<int64_t>(c.num_experts));
-  cache_bytes = static_cast<uint64_t>(slots) * slot;
-  auto reads = OpenExpertReads(*e->ckpt, options, cache_bytes, slots, slot);
-  if (!reads.ok()) return reads.status();
-  e->reads = *std::move(reads);
-  ExpertStreamOptions stream;
-  stream.overlap = options.overlap;
+  auto side = OpenExpertReads(*e->ckpt, options, *run);
+  if (!side.ok()) return side.status();
+  e->side = *std::move(side);
   // Rank 0's lookahead sends its guesses for this rank's experts (kPrefetch).
-  stream.prefetch_cap_bytes =
-      static_cast<uint64_t>(options.prefetch_cap_fraction * static_cast<double>(cache_bytes));
-  e->provider = std::make_unique<StreamingExpertProvider>(*e->ckpt, e->no_trunk, *e->reads.cache,
-                                                          *e->reads.reads, e->reads.shard_files,
-                                                          e->disk, stream);
+  StreamExperts(e->side, *e->ckpt, e->no_trunk, e->disk, options);
+  e->scratch = std::make_unique<StepScratch>(e->ckpt->config());
+  auto identity = IdentifyRank(options.model_dir);
+  if (!identity.ok()) return identity.status();
+  e->identity = *std::move(identity);
   return e;
 }
 
@@ -113,59 +94,42 @@ absl::Status RunJob(Experts& e, Incoming& m) {
   if (!rows_msg.ok()) return rows_msg.status();
   std::vector<float> rows;
   if (absl::Status s = Receive(*rows_msg, rows); !s.ok()) return s;
-  if (header.size() < 3) return absl::InternalError("a job without its header");
-  const int64_t layer = header[0];
-  const auto n = static_cast<size_t>(header[1]);
-  if (header.size() < 3 + 2 * n) return absl::InternalError("a job's header cut short");
-  MaybeFault(layer);
   const ModelConfig& config = e.ckpt->config();
-  const size_t latent = config.routed_expert_hidden_size, width = config.moe_intermediate_size;
-  // {layer, experts, rows, expert ids..., row counts..., each pair's row...}
-  std::vector<int32_t> experts(n);
-  std::vector<size_t> at(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) {
-    experts[i] = static_cast<int32_t>(header[3 + i]);
-    at[i + 1] = at[i] + static_cast<size_t>(header[3 + n + i]);
-  }
-  if (header.size() != 3 + 2 * n + at[n] ||
-      rows.size() != static_cast<size_t>(header[2]) * latent) {
-    return absl::InternalError(absl::StrCat("a malformed job for layer ", layer));
-  }
-  const std::span<const int64_t> row_of(header.data() + 3 + 2 * n, at[n]);
-  for (int64_t r : row_of) {
-    if (r < 0 || r >= header[2]) return absl::InternalError("a job's row index out of range");
-  }
-  std::vector<float> products(at[n] * latent);
+  auto job = DecodeLayerJob(header, std::move(rows), config);
+  if (!job.ok()) return job.status();
+  MaybeFault(job->layer);
+  // Expert i's pairs are [at[i], at[i + 1]) of the job's; each product goes to its pair's row.
+  std::vector<size_t> at(job->experts.size() + 1, 0), pair(job->row_of.size());
+  for (size_t i = 0; i < job->experts.size(); ++i) at[i + 1] = at[i] + job->counts[i];
+  std::iota(pair.begin(), pair.end(), size_t{0});
+  const std::span<const size_t> row_of = job->row_of, to = pair;
+  LayerResult result;
+  result.products.reserve(pair.size() * config.routed_expert_hidden_size + 1);  // + the seconds
+  result.products.resize(pair.size() * config.routed_expert_hidden_size);
   auto use = [&](size_t i, const ExpertWeights& ew) {
-    StepScratch::ExpertPass pass;
-    for (size_t first = at[i]; first < at[i + 1]; first += kExpertRowsPerPass) {
-      const size_t count = std::min(kExpertRowsPerPass, at[i + 1] - first);
-      pass.in.resize(count * latent);
-      pass.gate.resize(count * width);
-      pass.up.resize(count * width);
-      for (size_t k = 0; k < count; ++k) {
-        std::copy_n(rows.data() + static_cast<size_t>(row_of[first + k]) * latent, latent,
-                    pass.in.data() + k * latent);
-      }
-      RoutedExpertProduct(config, ew, pass.in, count, pass,
-                          {products.data() + first * latent, count * latent});
-    }
+    const size_t n = at[i + 1] - at[i];
+    ExpertRows(config, ew, job->rows, row_of.subspan(at[i], n), to.subspan(at[i], n), *e.scratch,
+               result.products);
   };
-  e.provider->StartFetch(layer, experts);
-  if (absl::Status s = e.provider->ForEachExpert(layer, experts, use, nullptr); !s.ok()) return s;
-  // Last, the seconds this rank spent on the job (reads and multiplies): what rank 0's round
-  // trip took beyond it was on the wire.
-  products.push_back(static_cast<float>(SecondsSince(t0)));
-  if (absl::Status s = PostSend(0, kProducts, products); !s.ok()) return s;
+  StreamingExpertProvider& provider = *e.side.provider;
+  provider.StartFetch(job->layer, job->experts);
+  if (absl::Status s = provider.ForEachExpert(job->layer, job->experts, use, nullptr); !s.ok()) {
+    return s;
+  }
+  // What rank 0's round trip took beyond this was on the wire.
+  result.seconds = SecondsSince(t0);
+  const std::vector<float> message = EncodeLayerResult(std::move(result));
+  if (absl::Status s = PostSend(0, kProducts, message); !s.ok()) return s;
   return WaitSends(Timeout());
 }
 
 // What rank 0 learns from the greeting's answer.
-std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e, uint64_t cache_bytes) {
-  if (!e.ok()) return nlohmann::json{{"error", std::string(e.status().message())}}.dump();
+std::string Greeting(const absl::StatusOr<std::unique_ptr<Experts>>& e) {
+  if (!e.ok()) return EncodeWorkerInfo({.error = std::string(e.status().message())});
   double rate = 0;
-  for (const io::DeviceReport& d : (*e)->reads.reads->devices()) rate += d.rate;
-  return nlohmann::json{{"cache_bytes", cache_bytes}, {"disk_rate", rate}}.dump();
+  for (const io::DeviceReport& d : (*e)->side.reads->devices()) rate += d.rate;
+  return EncodeWorkerInfo({.capacity = {.cache_bytes = (*e)->side.cache_bytes, .disk_rate = rate},
+                           .identity = (*e)->identity});
 }
 
 }  // namespace
@@ -187,22 +151,20 @@ int RunWorker(const std::function<absl::StatusOr<EngineOptions>()>& options) {
       std::vector<int64_t> hello;
       (void)Receive(*m, hello);
       experts.reset();
-      uint64_t cache_bytes = 0;
       auto o = options();
-      absl::StatusOr<std::unique_ptr<Experts>> opened =
-          o.ok() ? OpenExperts(*o, cache_bytes) : o.status();
-      const std::string answer = Greeting(opened, cache_bytes);
+      absl::StatusOr<std::unique_ptr<Experts>> opened = o.ok() ? OpenExperts(*o) : o.status();
+      const std::string answer = Greeting(opened);
       if (opened.ok()) experts = *std::move(opened);
       if (!PostSend(0, kInfo, answer).ok() || !WaitSends(Timeout()).ok()) return 1;
       continue;
     }
     if (m->tag == kPrefetch) {  // rank 0's lookahead guessed these of ours for a later layer
-      std::vector<int64_t> guess;
-      if (!Receive(*m, guess).ok()) return 1;
-      if (experts != nullptr && guess.size() > 1) {
-        const std::vector<int32_t> ids(guess.begin() + 1, guess.end());
-        experts->provider->Prefetch(guess[0], ids);
-      }
+      std::vector<int64_t> message;
+      if (!Receive(*m, message).ok()) return 1;
+      if (experts == nullptr) continue;
+      // A garbled guess costs nothing: the layer's job will read what it needs.
+      auto guess = DecodeLayerGuess(message, experts->ckpt->config());
+      if (guess.ok()) experts->side.provider->Prefetch(guess->layer, guess->experts);
       continue;
     }
     if (m->tag == kPing) {  // rank 0 measures the link: answer with as many floats as asked

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
-#include "pipeline/engine.h"
+#include "pipeline/engine_options.h"
 
 namespace k3::ranks {
 

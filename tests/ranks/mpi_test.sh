@@ -1,9 +1,11 @@
 #!/bin/bash
 # Expert parallelism end to end: `mpirun -np 2` and `-np 3` on localhost give the tokens and the
 # logits of one process, bit for bit, and a rank that dies or hangs ends the job with an error
-# naming it and its host within the stated timeout. Skipped (77) where mpirun is missing.
+# naming it and its host within the stated timeout, and a rank on another SIMD target is refused
+# at start. Skipped (77) where mpirun is missing.
 #   mpi_test.sh CASE K3_BIN SHARED_DIR
-# CASE: generate-demo, generate-oracle, batch-demo, batch-oracle, serve, rank-fails.
+# CASE: generate-demo, generate-oracle, batch-demo, batch-oracle, serve, rank-fails,
+# simd-mismatch.
 set -u
 case_name=${1:?usage: mpi_test.sh CASE K3_BIN SHARED_DIR}
 k3=${2:?K3_BIN}
@@ -190,6 +192,23 @@ rank-fails)
   grep -qE "layer [0-9]+: rank 1 on $host did not answer" "$dir/serve.err" ||
     { cat "$dir/serve.err"; fail "serve: rank 1 on $host not named"; }
   echo "serve, hang: exit $rc"
+  ;;
+simd-mismatch)
+  model=$(demo_model)
+  host=$(hostname)
+  # Rank 1 says its kernels run on another target (K3_FAKE_SIMD_TARGET, for tests): rank 0
+  # refuses it at start, naming it and both targets, and every rank exits (2: a configuration
+  # error).
+  args=(generate -m "$model" --ids 3,7,11,5 -n 4)
+  timeout $bound "${mpi[@]}" 1 "$k3" "${args[@]}" : -np 1 env K3_FAKE_SIMD_TARGET=EMU128 "$k3" \
+    "${args[@]}" >"$dir/simd.out" 2>"$dir/simd.err"
+  rc=$?
+  [ $rc = 2 ] || { cat "$dir/simd.err"; fail "exited $rc, not 2"; }
+  named="k3 generate: rank 1 on $host runs the kernels on SIMD target EMU128 where rank 0 on $host runs them on [A-Z0-9_]+"
+  grep -qE "$named" "$dir/simd.err" || { cat "$dir/simd.err"; fail "no '$named'"; }
+  grep -q "runs them on EMU128" "$dir/simd.err" && fail "rank 0 faked its target too"
+  [ -s "$dir/simd.out" ] && fail "tokens came out"
+  echo "exit $rc: $(grep -m1 -E "$named" "$dir/simd.err")"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
