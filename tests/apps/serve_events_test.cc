@@ -99,6 +99,16 @@ class ServeEventsTest : public testing::ServeModelSuite {
     if (progress) body["return_progress"] = true;
     return body;
   }
+  // A streamed completion asking for its progress, of a prompt of `words` words.
+  static json LongCompletion(int words) {
+    std::string prompt;
+    for (int i = 0; i < words; ++i) prompt += "token" + std::to_string(i) + " ";
+    return {{"model", "m"},
+            {"prompt", prompt},
+            {"max_tokens", 3},
+            {"stream", true},
+            {"return_progress", true}};
+  }
   static std::vector<std::pair<std::string, json>> Post(const ServeProcess& s,
                                                         const std::string& path, const json& body,
                                                         std::string* headers = nullptr) {
@@ -179,14 +189,8 @@ TEST_F(ServeEventsTest, ReturnProgressReportsEachPromptChunkAndACachedPrefix) {
   EXPECT_EQ(resumed["total"], whole["total"]);
 
   // The completions stream too.
-  std::string prompt;
-  for (int i = 0; i < 60; ++i) prompt += "token" + std::to_string(i) + " ";
-  const std::vector<json> completion = CheckProgress(Post(server, "/v1/completions",
-                                                          {{"model", "m"},
-                                                           {"prompt", prompt},
-                                                           {"max_tokens", 3},
-                                                           {"stream", true},
-                                                           {"return_progress", true}}));
+  const std::vector<json> completion =
+      CheckProgress(Post(server, "/v1/completions", LongCompletion(60)));
   ASSERT_FALSE(completion.empty());
   EXPECT_EQ(completion.front()["object"], "text_completion");
   EXPECT_EQ(server.Stop(), 0);
@@ -198,15 +202,8 @@ TEST_F(ServeEventsTest, ReturnProgressReportsEachPromptChunkAndACachedPrefix) {
 TEST_F(ServeEventsTest, APromptInOneChunkMovesLayerByLayer) {
   constexpr int64_t kWhole = 1024;
   ServeProcess server({"-m", model(), "--prefill-chunk", std::to_string(kWhole)});
-  std::string prompt;
-  for (int i = 0; i < 100; ++i) prompt += "token" + std::to_string(i) + " ";
-  const std::vector<json> progress = CheckProgress(Post(server, "/v1/completions",
-                                                        {{"model", "m"},
-                                                         {"prompt", prompt},
-                                                         {"max_tokens", 2},
-                                                         {"stream", true},
-                                                         {"return_progress", true}}),
-                                                   kWhole);
+  const std::vector<json> progress =
+      CheckProgress(Post(server, "/v1/completions", LongCompletion(100)), kWhole);
   ASSERT_GE(progress.size(), 3u);  // admitted, then a point after each layer
   const int64_t total = progress.back()["prompt_progress"]["total"];
   ASSERT_LT(total, kWhole);
