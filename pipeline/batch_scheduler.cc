@@ -200,8 +200,8 @@ void BatchScheduler::Advance(const Row& row, std::span<float> logits, double now
   }
   seq.prefilled += row.prompt_tokens;
   const size_t index = seq.result.index;
-  if (row.prompt_tokens > 0 && events_.on_prompt_chunk) {
-    events_.on_prompt_chunk(index, seq.prefilled, now - seq.result.admitted_at);
+  if (row.prompt_tokens > 0 && events_.on_prompt_progress) {
+    events_.on_prompt_progress(index, seq.prefilled, now - seq.result.admitted_at);
   }
   if (!seq.decoding()) {  // more of its prompt to run
     if (events_.on_prompt_state && seq.at_snapshot()) events_.on_prompt_state(index, seq.state);
@@ -242,13 +242,39 @@ void BatchScheduler::Sample(Live& seq, std::span<float> logits, double now) {
   }
 }
 
+// Reports the prompt chunks' progress after each layer but the last (whose report, the chunk
+// whole, Advance makes once the step is through). Null when no row runs a prompt: a decode step
+// is left as it was.
+LayerObserver BatchScheduler::PromptProgress(const std::vector<Row>& rows) const {
+  if (!events_.on_prompt_progress) return {};
+  std::vector<const Row*> prompts;
+  for (const Row& row : rows) {
+    if (row.prompt_tokens > 0) prompts.push_back(&row);
+  }
+  if (prompts.empty()) return {};
+  const int64_t layers = engine_.config().num_layers;
+  return [this, prompts = std::move(prompts), layers](int64_t layer, std::span<const float>) {
+    const int64_t done = layer + 1;
+    if (done >= layers) return;
+    const double now = Now() - started_;
+    for (const Row* row : prompts) {
+      const Live& seq = *row->seq;
+      if (seq.cancelled()) continue;  // it may have left the step: nothing of it counts
+      const auto share =
+          static_cast<size_t>(static_cast<int64_t>(row->prompt_tokens) * done / layers);
+      events_.on_prompt_progress(seq.result.index, seq.prefilled + share,
+                                 now - seq.result.admitted_at);
+    }
+  };
+}
+
 absl::Status BatchScheduler::Step() {
   const std::vector<Row> rows = PlanRows();
   std::vector<BatchSegment> segments;
   segments.reserve(rows.size());
   for (const Row& row : rows) segments.push_back(row.seq->Segment(row.prompt_tokens));
   StepMetrics step;
-  const absl::Status status = engine_.Step(segments, logits_, &step);
+  const absl::Status status = engine_.Step(segments, logits_, &step, PromptProgress(rows));
   totals_.steps.Add(step);
   totals_.last_step = step;
   if (!status.ok()) return status;

@@ -112,10 +112,12 @@ struct BatchEvents {
   std::function<bool()> stop;
   // The state at the end of a prompt (with keep_prompt_state) and at its snapshot_at positions.
   std::function<void(size_t index, const SequenceState& state)> on_prompt_state;
-  // After each chunk of a prompt: how many of the request's prompt tokens have run (its resume
-  // state's not counted), and the seconds since it joined the batch. The last chunk's comes
-  // before anything is sampled.
-  std::function<void(size_t index, size_t prompt_run, double seconds)> on_prompt_chunk;
+  // After each layer of a prompt's chunk, as the step runs (a whole-prompt chunk of a large
+  // model is minutes): how many of the request's prompt tokens have run (its resume state's not
+  // counted), the running chunk's counted by the share of the model's layers done (rounded
+  // down), and the seconds since it joined the batch. Non-decreasing; each chunk's last report
+  // counts it whole, and the last chunk's comes before anything is sampled.
+  std::function<void(size_t index, size_t prompt_run, double seconds)> on_prompt_progress;
   // The logits of a prompt's last token, before anything is sampled from them (also when the
   // sequence samples nothing: max_tokens 0).
   std::function<void(size_t index, std::span<const float> logits, const StepMetrics& steps)>
@@ -159,6 +161,7 @@ class BatchScheduler {
   struct Row;
   absl::Status Step();
   std::vector<Row> PlanRows();
+  LayerObserver PromptProgress(const std::vector<Row>& rows) const;
   void Advance(const Row& row, std::span<float> logits, double now);
   void Sample(Live& seq, std::span<float> logits, double now);
   void Admit();

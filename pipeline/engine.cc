@@ -234,11 +234,11 @@ absl::Status Engine::Forward(std::span<const int32_t> ids, SequenceState& state,
 }
 
 absl::Status Engine::Step(std::span<const BatchSegment> segments, std::vector<float>& logits,
-                          StepMetrics* metrics) {
+                          StepMetrics* metrics, const LayerObserver& observer) {
   size_t tokens = 0;
   for (const BatchSegment& s : segments) tokens += s.ids.size();
   return parts_->Measured(tokens, metrics,
-                          [&] { return parts_->model->ForwardBatch(segments, logits); });
+                          [&] { return parts_->model->ForwardBatch(segments, logits, observer); });
 }
 
 absl::Status Engine::Parts::LoadPinnedTrunk() {

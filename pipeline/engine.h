@@ -80,8 +80,10 @@ class Engine {
   // One batched step (continuous batching, pipeline/batch_scheduler.h): every segment's tokens
   // in one trunk pass and one read of their experts' union; logits of each segment's last
   // token, [segments.size(), vocab]. Each segment's result equals running it alone.
+  // `observer` (optional) is called after each layer, on the calling thread: how far a long
+  // prompt chunk has gone while it runs.
   absl::Status Step(std::span<const BatchSegment> segments, std::vector<float>& logits,
-                    StepMetrics* metrics = nullptr);
+                    StepMetrics* metrics = nullptr, const LayerObserver& observer = {});
 
   std::vector<PrefetchAccuracy> prefetch_accuracy() const;
   // The MoE layers of the last call (Step, Forward, Decode; Prefill's last chunk): their

@@ -19,6 +19,7 @@
 #include "apps/reports/run_report.h"
 #include "core/model/sampler.h"
 #include "core/text/tokenizer/tokenizer.h"
+#include "core/util/progress.h"
 #include "io/file.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/batch_scheduler.h"
@@ -107,7 +108,15 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
   request.stop_ids = stops;
   absl::Status dumped;
   BatchEvents events;
+  if (cache != nullptr) report.SetPromptCache(UsePromptCache(*cache, request, events), *cache);
+  // The prompt's tokens left to run, moving layer by layer: one chunk of a long prompt is
+  // minutes on the full model.
+  ProgressBar bar("prompt", request.prompt.size(), "tokens",
+                  !absl::GetFlag(FLAGS_quiet) && StderrIsTerminal());
+  size_t prompt_run = 0;
+  events.on_prompt_progress = [&](size_t, size_t run, double) { bar.Update(prompt_run = run); };
   events.on_prompt_end = [&](size_t, std::span<const float> logits, const StepMetrics& steps) {
+    bar.Finish();
     report.SetPrefill(prompt.ids, steps);
     if (const std::string path = absl::GetFlag(FLAGS_dump_logits); !path.empty()) {
       const std::string bytes(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
@@ -119,8 +128,8 @@ absl::Status GenerateTokens(Engine& engine, const Prompt& prompt, const std::vec
     report.AddStep({id, "", steps});
   };
   events.stop = [&] { return Interrupted() || !dumped.ok(); };
-  if (cache != nullptr) report.SetPromptCache(UsePromptCache(*cache, request, events), *cache);
   auto result = RunSequence(engine, std::move(request), events);
+  bar.Finish(prompt_run);  // where an interrupted or failed prompt stopped
   if (!dumped.ok()) return dumped;
   return result.status();
 }

@@ -34,7 +34,12 @@ Job::Progress Job::Wait(size_t seen, std::chrono::milliseconds timeout, size_t p
 void Job::PushPromptPoint(int64_t run, double ms) {
   {
     std::lock_guard lock(mu_);
-    progress_.prompt_points.push_back({progress_.cached_tokens + run, ms});
+    std::vector<PromptPoint>& points = progress_.prompt_points;
+    const int64_t processed = progress_.cached_tokens + run;
+    // A chunk with fewer tokens than the model has layers moves by a token every few layers:
+    // the layers between say nothing new.
+    if (!points.empty() && points.back().processed >= processed) return;
+    points.push_back({processed, ms});
   }
   cv_.notify_all();
 }
@@ -103,7 +108,7 @@ BatchEvents GenerationService::Events() {
     std::lock_guard lock(mu_);
     PublishGauges();
   };
-  events.on_prompt_chunk = [this](size_t index, size_t run, double seconds) {
+  events.on_prompt_progress = [this](size_t index, size_t run, double seconds) {
     if (auto it = jobs_.find(index); it != jobs_.end()) {
       it->second->PushPromptPoint(static_cast<int64_t>(run), seconds * 1000);
     }

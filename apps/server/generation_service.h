@@ -55,7 +55,8 @@ class Job {
     int64_t prompt_tokens = 0;  // the whole prompt
     int64_t cached_tokens = 0;  // of them, resumed from a saved state rather than run
     // The prompt's progress after the first `points_seen` points: one when the request is
-    // admitted (the cached tokens), then one after each chunk of the prompt the engine ran.
+    // admitted (the cached tokens), then one after each layer of the prompt's chunks that
+    // counts more tokens done (BatchEvents::on_prompt_progress), rising.
     std::vector<PromptPoint> prompt_points;
   };
 

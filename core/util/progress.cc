@@ -39,10 +39,10 @@ void ProgressBar::Update(uint64_t done) {
   Draw(done, false);
 }
 
-void ProgressBar::Finish() {
+void ProgressBar::Finish(uint64_t done) {
   if (!enabled_ || finished_) return;
   finished_ = true;
-  Draw(total_, true);
+  Draw(done, true);
 }
 
 void ProgressBar::Draw(uint64_t done, bool final) {

@@ -16,7 +16,9 @@ class ProgressBar {
   ProgressBar(std::string label, uint64_t total, std::string unit, bool enabled);
   ~ProgressBar();
   void Update(uint64_t done);
-  void Finish();
+  void Finish() { Finish(total_); }
+  // Ends the line at `done`: work stopped short (an interrupt) is not drawn as complete.
+  void Finish(uint64_t done);
 
  private:
   void Draw(uint64_t done, bool final);

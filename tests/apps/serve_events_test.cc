@@ -99,6 +99,16 @@ class ServeEventsTest : public testing::ServeModelSuite {
     if (progress) body["return_progress"] = true;
     return body;
   }
+  // A streamed completion asking for its progress, of a prompt of `words` words.
+  static json LongCompletion(int words) {
+    std::string prompt;
+    for (int i = 0; i < words; ++i) prompt += "token" + std::to_string(i) + " ";
+    return {{"model", "m"},
+            {"prompt", prompt},
+            {"max_tokens", 3},
+            {"stream", true},
+            {"return_progress", true}};
+  }
   static std::vector<std::pair<std::string, json>> Post(const ServeProcess& s,
                                                         const std::string& path, const json& body,
                                                         std::string* headers = nullptr) {
@@ -109,9 +119,11 @@ class ServeEventsTest : public testing::ServeModelSuite {
   }
 
   // The prompt_progress chunks of a stream, checked against the contract: total, cache and
-  // processed consistent, processed rising, one per chunk of the prompt the engine ran, the
-  // whole prompt reported before the first token. Returns them.
-  static std::vector<json> CheckProgress(const std::vector<std::pair<std::string, json>>& events) {
+  // processed consistent, processed rising, at least one per chunk of the prompt the engine ran
+  // (`chunk`: the server's --prefill-chunk), the whole prompt reported before the first token.
+  // Returns them.
+  static std::vector<json> CheckProgress(const std::vector<std::pair<std::string, json>>& events,
+                                         int64_t chunk = kChunk) {
     std::vector<json> progress;
     bool token_seen = false;
     const json& first = events.at(0).second;
@@ -152,7 +164,7 @@ class ServeEventsTest : public testing::ServeModelSuite {
     EXPECT_EQ(last["processed"], last["total"]);
     const int64_t run = last["total"].get<int64_t>() - last["cache"].get<int64_t>();
     // One when the request is admitted (the cached tokens), then at least one per chunk.
-    EXPECT_GE(static_cast<int64_t>(progress.size()), 1 + (run + kChunk - 1) / kChunk);
+    EXPECT_GE(static_cast<int64_t>(progress.size()), 1 + (run + chunk - 1) / chunk);
     return progress;
   }
 };
@@ -177,16 +189,26 @@ TEST_F(ServeEventsTest, ReturnProgressReportsEachPromptChunkAndACachedPrefix) {
   EXPECT_EQ(resumed["total"], whole["total"]);
 
   // The completions stream too.
-  std::string prompt;
-  for (int i = 0; i < 60; ++i) prompt += "token" + std::to_string(i) + " ";
-  const std::vector<json> completion = CheckProgress(Post(server, "/v1/completions",
-                                                          {{"model", "m"},
-                                                           {"prompt", prompt},
-                                                           {"max_tokens", 3},
-                                                           {"stream", true},
-                                                           {"return_progress", true}}));
+  const std::vector<json> completion =
+      CheckProgress(Post(server, "/v1/completions", LongCompletion(60)));
   ASSERT_FALSE(completion.empty());
   EXPECT_EQ(completion.front()["object"], "text_completion");
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+// A prompt run in one chunk still moves while it runs: after the first of the model's two
+// layers (ServeModelSuite), half its tokens. A completion's prompt (no chat turns to cut it)
+// runs in one chunk, or two where the prompt cache keeps the state one token short of its end.
+TEST_F(ServeEventsTest, APromptInOneChunkMovesLayerByLayer) {
+  constexpr int64_t kWhole = 1024;
+  ServeProcess server({"-m", model(), "--prefill-chunk", std::to_string(kWhole)});
+  const std::vector<json> progress =
+      CheckProgress(Post(server, "/v1/completions", LongCompletion(100)), kWhole);
+  ASSERT_GE(progress.size(), 3u);  // admitted, then a point after each layer
+  const int64_t total = progress.back()["prompt_progress"]["total"];
+  ASSERT_LT(total, kWhole);
+  const int64_t half = progress[1]["prompt_progress"]["processed"];
+  EXPECT_TRUE(half == total / 2 || half == (total - 1) / 2) << progress[1].dump();
   EXPECT_EQ(server.Stop(), 0);
 }
 

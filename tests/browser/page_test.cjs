@@ -310,8 +310,8 @@ async function main() {
   fs.mkdirSync(outDir, { recursive: true });
   const dir = tempDir();
   const model = synthDemo(k3, dir);
-  // Prompts in chunks of 256 tokens (a progress report each); a budget whose expert cache
-  // holds part of the experts, so that the pipeline view shows reads.
+  // Prompts in chunks of 256 tokens (their progress reported after each layer); a budget whose
+  // expert cache holds part of the experts, so that the pipeline view shows reads.
   const server = await serve(k3, dir, ["-m", model, "--prompt-cache", "pc",
     "--prefill-chunk", "256", "--max-context", "16384", "--ram-gb", "0.25"]);
   const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
