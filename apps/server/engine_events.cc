@@ -9,6 +9,7 @@
 #include "apps/server/http_internal.h"
 #include "httplib.h"
 #include "pipeline/engine.h"
+#include "pipeline/memory_plan_json.h"
 
 namespace k3::server {
 namespace {
@@ -104,7 +105,6 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
 
 json PlanJson(const Engine& engine, int max_batch) {
   const ModelConfig& c = engine.config();
-  const MemoryPlan& p = engine.plan();
   json moe = json::array();
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (!c.is_dense(l)) moe.push_back(l);
@@ -113,28 +113,13 @@ json PlanJson(const Engine& engine, int max_batch) {
   for (const io::DeviceReport& d : engine.devices()) {
     drives.push_back({{"name", DeviceName(d)}, {"path", absl::StrJoin(d.dirs, ", ")}});
   }
-  const int64_t pinned = c.num_layers - p.streamed_layers();
+  json memory = MemoryPlanJson(engine.plan());
+  memory["expert_bytes"] = c.expert_bytes();  // the model's: what a cache slot holds
   return {{"layers", c.num_layers},
           {"moe_layers", std::move(moe)},
           {"experts_per_layer", c.num_experts},
           {"experts_per_token", c.num_experts_per_token},
-          {"memory",
-           {{"source", p.source},
-            {"budget_bytes", p.budget_bytes},
-            {"planned_bytes", p.planned_bytes()},
-            {"trunk_pinned_bytes", p.pinned_trunk_bytes},
-            {"trunk_ring_bytes", p.ring_bytes()},
-            {"cache_bytes", p.cache_bytes},
-            {"cache_slots", p.cache_slots},
-            {"expert_bytes", c.expert_bytes()},
-            {"state_bytes", p.state_bytes},
-            {"buffer_bytes", p.buffer_bytes},
-            {"vector_bytes", p.vector_bytes},
-            {"embedding_bytes", p.embedding_bytes},
-            {"lm_head_bytes", p.lm_head_bytes},
-            {"router_bytes", p.router_bytes},
-            {"pinned_layers", pinned},
-            {"streamed_layers", p.streamed_layers()}}},
+          {"memory", std::move(memory)},
           {"drives", std::move(drives)},
           {"max_batch", max_batch},
           {"context", engine.max_context()},
