@@ -7,7 +7,6 @@
 #include "absl/strings/str_join.h"
 #include "apps/device_report.h"
 #include "apps/server/http_internal.h"
-#include "httplib.h"
 #include "pipeline/engine.h"
 #include "pipeline/memory_plan_json.h"
 
@@ -19,10 +18,6 @@ using nlohmann::json;
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// A stream with no event for this long says it is alive with a comment line, which clients
-// ignore and proxies see as traffic.
-constexpr std::chrono::seconds kKeepalive{15};
 
 // -1 (nothing of the kind in the step) as null, so that no client takes it for a time.
 json Ms(double ms) { return ms < 0 ? json(nullptr) : json(ms); }
@@ -202,43 +197,6 @@ void EngineEvents::Close() {
 bool EngineEvents::closed() const {
   std::lock_guard lock(mu_);
   return closed_;
-}
-
-void ServeEngineEvents(EngineEvents& hub, const std::string& model_id, const httplib::Request& req,
-                       httplib::Response& res) {
-  std::shared_ptr<EngineEvents::Client> client = hub.Join();
-  if (client == nullptr) {
-    return SendError(res, {503,
-                           absl::StrCat("already ", EngineEvents::kMaxClients,
-                                        " clients listen to the engine's events; try later"),
-                           "server_error", "", "too_many_listeners"});
-  }
-  json plan = hub.plan();
-  plan["model"] = model_id;
-  std::string head = absl::StrCat("event: plan\ndata: ", Dump(plan), "\n\n");
-  // The client leaves with the provider, when httplib is done with the response.
-  SendEventStream(req, res, [&hub, client, head](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    if (!write(head)) return false;
-    int64_t seen = hub.last_seq();
-    auto quiet_since = std::chrono::steady_clock::now();
-    while (!hub.closed()) {
-      const std::optional<EngineEvents::Event> event = hub.Next(seen, std::chrono::seconds(1));
-      bool ok = true;
-      const auto now = std::chrono::steady_clock::now();
-      if (event) {
-        seen = event->seq;
-        ok = write(absl::StrCat("event: step\ndata: ", event->Data(), "\n\n"));
-        quiet_since = now;
-      } else if (now - quiet_since >= kKeepalive) {
-        ok = write(": keepalive\n\n");
-        quiet_since = now;
-      }
-      if (!ok) return false;  // the client has gone
-    }
-    sink.done();
-    return true;
-  });
 }
 
 }  // namespace k3::server

@@ -1,5 +1,5 @@
-// The engine seen live: GET /k3/events, a server-sent event stream of per-step figures (the
-// memory plan on connect, then the steps, at most four events a second).
+// The engine seen live: GET /k3/events (k3_routes.cc), a server-sent event stream of per-step
+// figures (the memory plan on connect, then the steps, at most four events a second).
 //
 // The engine thread publishes each step's figures to an EngineEvents hub, and only while a
 // client listens (has_clients): steps that come faster than kMinGap apart are merged into one
@@ -22,11 +22,6 @@
 
 #include "nlohmann/json.hpp"
 #include "pipeline/step_metrics.h"
-
-namespace httplib {
-class Request;
-class Response;
-}  // namespace httplib
 
 namespace k3 {
 class Engine;
@@ -132,9 +127,5 @@ class EngineEvents {
   double last_out_ = -std::numeric_limits<double>::infinity();
   bool closed_ = false;
 };
-
-// GET /k3/events on `hub` (the plan event carries `model_id`).
-void ServeEngineEvents(EngineEvents& hub, const std::string& model_id, const httplib::Request& req,
-                       httplib::Response& res);
 
 }  // namespace k3::server

@@ -8,19 +8,19 @@ namespace k3::server {
 
 namespace {
 
-double Fraction(double part, double whole) {
+double Portion(double part, double whole) {
   return whole > 0 ? std::clamp(part / whole, 0.0, 1.0) : 0.0;
 }
 
 }  // namespace
 
 double StateMemoryUsage(const ServiceStats& stats) {
-  return Fraction(static_cast<double>(stats.live_state_bytes),
-                  static_cast<double>(stats.state_bytes_capacity));
+  return Portion(static_cast<double>(stats.live_state_bytes),
+                 static_cast<double>(stats.state_bytes_capacity));
 }
 
 double PodUsage(const ServiceStats& stats) {
-  return std::max(Fraction(static_cast<double>(stats.live), static_cast<double>(stats.places)),
+  return std::max(Portion(static_cast<double>(stats.live), static_cast<double>(stats.places)),
                   StateMemoryUsage(stats));
 }
 
