@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "apps/device_report.h"
 #include "apps/server/http_internal.h"
 #include "pipeline/engine.h"
@@ -45,14 +44,16 @@ void StepFigures::Merge(StepFigures&& later) {
   disk_busy_seconds += later.disk_busy_seconds;
   cache_requests += later.cache_requests;
   cache_hits += later.cache_hits;
-  for (DeviceStep& d : later.devices) {
+  for (io::DeviceReport& d : later.devices) {
     auto same = std::find_if(devices.begin(), devices.end(),
-                             [&](const DeviceStep& e) { return e.name == d.name; });
+                             [&](const io::DeviceReport& e) { return e.id == d.id; });
     if (same == devices.end()) {
       devices.push_back(std::move(d));
     } else {
-      same->read_bytes += d.read_bytes;
+      same->bytes += d.bytes;
+      same->reads += d.reads;
       same->busy_seconds += d.busy_seconds;
+      same->failovers += d.failovers;
     }
   }
   layers = std::move(later.layers);
@@ -68,14 +69,7 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
   // Fractions and rates of the steps' own time (not of the gaps between them).
   auto per_second = [&](double x) { return seconds > 0 ? x / seconds : 0.0; };
   uint64_t read_bytes = 0;
-  json drives = json::array();
-  for (const DeviceStep& d : devices) {
-    read_bytes += d.read_bytes;
-    drives.push_back({{"name", d.name},
-                      {"read_bytes", d.read_bytes},
-                      {"busy_fraction", std::min(1.0, per_second(d.busy_seconds))},
-                      {"rate_bytes_per_second", per_second(static_cast<double>(d.read_bytes))}});
-  }
+  for (const io::DeviceReport& d : devices) read_bytes += d.bytes;
   json layer_list = json::array();
   for (const LayerFigures& f : layers) layer_list.push_back(LayerJson(f));
   const char* kind = prefill_tokens == 0 ? "decode" : decode_tokens == 0 ? "prefill" : "mixed";
@@ -91,7 +85,7 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
            {{"read_bytes", read_bytes},
             {"busy_fraction", std::min(1.0, per_second(disk_busy_seconds))},
             {"rate_bytes_per_second", per_second(static_cast<double>(read_bytes))}}},
-          {"devices", std::move(drives)},
+          {"devices", DevicesJson(devices, seconds)},
           {"layers", std::move(layer_list)},
           {"queue", {{"waiting", waiting}, {"running", running}}},
           {"prompt_cache", {{"entries", prompt_cache_entries}, {"hits", prompt_cache_hits}}},
@@ -104,10 +98,6 @@ json PlanJson(const Engine& engine, int max_batch) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (!c.is_dense(l)) moe.push_back(l);
   }
-  json drives = json::array();
-  for (const io::DeviceReport& d : engine.devices()) {
-    drives.push_back({{"name", DeviceName(d)}, {"path", absl::StrJoin(d.dirs, ", ")}});
-  }
   json memory = MemoryPlanJson(engine.plan());
   memory["expert_bytes"] = c.expert_bytes();  // the model's: what a cache slot holds
   return {{"layers", c.num_layers},
@@ -115,7 +105,7 @@ json PlanJson(const Engine& engine, int max_batch) {
           {"experts_per_layer", c.num_experts},
           {"experts_per_token", c.num_experts_per_token},
           {"memory", std::move(memory)},
-          {"drives", std::move(drives)},
+          {"drives", DevicesJson(engine.devices(), 0)},
           {"max_batch", max_batch},
           {"context", engine.max_context()},
           {"prefill_chunk", engine.prefill_chunk()}};

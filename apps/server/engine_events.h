@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "io/read_router.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/step_metrics.h"
 
@@ -29,13 +30,6 @@ class Engine;
 
 namespace k3::server {
 
-// What one drive did in a step (or in merged steps).
-struct DeviceStep {
-  std::string name;
-  uint64_t read_bytes = 0;
-  double busy_seconds = 0;
-};
-
 // One engine step's figures, or the sum of several (Merge).
 struct StepFigures {
   int64_t steps = 1;
@@ -44,8 +38,8 @@ struct StepFigures {
   double stall_seconds = 0;      // compute waiting for bytes
   double disk_busy_seconds = 0;  // some read in flight
   uint64_t cache_requests = 0, cache_hits = 0;
-  std::vector<DeviceStep> devices;
-  std::vector<LayerFigures> layers;  // the MoE layers of the last step
+  std::vector<io::DeviceReport> devices;  // what each drive did in the steps
+  std::vector<LayerFigures> layers;       // the MoE layers of the last step
   // As of the last step.
   int64_t waiting = 0, running = 0;
   int64_t prompt_cache_entries = 0, prompt_cache_hits = 0;
