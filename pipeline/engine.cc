@@ -158,7 +158,7 @@ nlohmann::json Engine::Settings() const {
           {"budget_bytes", plan.budget_bytes},
           {"cache_bytes", plan.cache_bytes},
           {"cache_slots", plan.cache_slots},
-          {"pinned_trunk_bytes", plan.pinned_trunk_bytes},
+          {"trunk_pinned_bytes", plan.pinned_trunk_bytes},
           {"streamed_layers", plan.streamed_layers()},
           {"ring_slots", plan.ring_slots},
           {"ring_piece_bytes", plan.piece_bytes},

@@ -21,6 +21,7 @@
 #include "apps/reports/run_report.h"
 #include "apps/server/generation_service.h"
 #include "apps/server/http_server.h"
+#include "apps/server/routes.h"
 #include "pipeline/engine.h"
 
 namespace k3::cli {
@@ -205,47 +206,51 @@ int RunServe(const std::vector<std::string>& positional) {
   return kExitOk;
 }
 
+constexpr char kServeText[] =
+    "Serves the routes listed below: OpenAI's chat completions (the Kimi chat template) and\n"
+    "completions, Anthropic's Messages, the engine's figures as server-sent events\n"
+    "(docs/EVENTS.md), and a page of its own (the chat, and the engine live), compiled into\n"
+    "the binary. \"return_progress\": true on a stream sends the prompt's progress as it runs\n"
+    "(llama.cpp's prompt_progress). With --api-key, every route but those marked (no key)\n"
+    "asks for the key; GET /k3/events also takes it as ?key=KEY (the page asks the user for\n"
+    "it). Requests run together in one batch of --batch sequences (default: what the\n"
+    "budget holds, at most 8): they share every trunk pass and expert read.\n"
+    "Up to --max-queue more wait for a place; past\n"
+    "that a request gets 429 with Retry-After. A streaming client that disconnects ends its\n"
+    "sequence at the next step. A request whose tokens extend an earlier one (the next turn\n"
+    "of a chat, the same request again) resumes that sequence's saved state instead of\n"
+    "running the whole prompt again; the tokens are the same either way. The states are kept\n"
+    "in memory (--saved-states, least recently used out) and in --prompt-cache DIR (default\n"
+    "$XDG_CACHE_HOME/k3/prompt-cache, none: off; bounded by --prompt-cache-gb), which a\n"
+    "restart keeps.\n"
+    "Chat requests may declare tools (tools, tool_choice, parallel_tool_calls) and ask for\n"
+    "JSON (response_format json_object or json_schema): the reply is then sampled under the\n"
+    "grammar of Kimi K3's tool-call markup and the schemas, and its calls come back as\n"
+    "tool_calls (docs/TOOLS.md). chat_template_kwargs {\"thinking\": false} turns the think\n"
+    "channel off; reasoning_effort is low, high or max (the default). --reasoning-budget N\n"
+    "(or a request's reasoning_budget) closes the think channel after N tokens and opens\n"
+    "the response, so that an answer comes.\n"
+    "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
+    "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
+    "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"
+    "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise.\n"
+    "GET /health answers 200 once the model is open and 503 while draining. SIGTERM drains:\n"
+    "new requests get 503, those in flight finish (for up to --drain-seconds, default 30),\n"
+    "then it exits 0; Ctrl-C, a second signal or --drain-seconds 0 ends the requests in\n"
+    "flight at once (a stream gets an error event) and exits 0. /metrics also carries the\n"
+    "gauges an inference gateway routes by, under vLLM's names (docs/SCALE.md).";
+
 }  // namespace
 
 const Subcommand& ServeCommand() {
+  static const std::string kDescription =
+      absl::StrCat(kServeText, "\n\nroutes:\n", server::RoutesHelp());
   static const Subcommand kCommand = {
       kServeName,
       "an OpenAI-compatible HTTP server (chat and completions, streaming) on the batched engine",
       "serve [--model DIR] [memory flags] [--host 127.0.0.1] [--port 8080] [--api-key KEY] "
       "[--max-queue N] [--batch B] [--drain-seconds S]",
-      "Serves POST /v1/chat/completions (the Kimi chat template; stream true sends server-sent\n"
-      "events ending in 'data: [DONE]'), POST /v1/completions (prompt as text or token ids),\n"
-      "GET /v1/models, GET /health, GET /metrics (Prometheus text) and GET /k3/events (the\n"
-      "engine's figures step by step as server-sent events, at most 4 a second; with\n"
-      "--api-key also ?key=KEY; docs/EVENTS.md). \"return_progress\": true on a stream sends\n"
-      "the prompt's progress as it runs (llama.cpp's prompt_progress). GET / is a page of its\n"
-      "own (the chat; /pipeline the engine live; /k3/info what the page needs), compiled into\n"
-      "the binary and public (it asks for the --api-key). Requests run together\n"
-      "in one batch of --batch sequences (default: what the budget holds, at most 8): they\n"
-      "share every trunk pass and expert read. Up to --max-queue more wait for a place; past\n"
-      "that a request gets 429 with Retry-After. A streaming client that disconnects ends its\n"
-      "sequence at the next step. A request whose tokens extend an earlier one (the next turn\n"
-      "of a chat, the same request again) resumes that sequence's saved state instead of\n"
-      "running the whole prompt again; the tokens are the same either way. The states are kept\n"
-      "in memory (--saved-states, least recently used out) and in --prompt-cache DIR (default\n"
-      "$XDG_CACHE_HOME/k3/prompt-cache, none: off; bounded by --prompt-cache-gb), which a\n"
-      "restart keeps.\n"
-      "Chat requests may declare tools (tools, tool_choice, parallel_tool_calls) and ask for\n"
-      "JSON (response_format json_object or json_schema): the reply is then sampled under the\n"
-      "grammar of Kimi K3's tool-call markup and the schemas, and its calls come back as\n"
-      "tool_calls (docs/TOOLS.md). chat_template_kwargs {\"thinking\": false} turns the think\n"
-      "channel off; reasoning_effort is low, high or max (the default). --reasoning-budget N\n"
-      "(or a request's reasoning_budget) closes the think channel after N tokens and opens\n"
-      "the response, so that an answer comes.\n"
-      "Sampling follows the API: temperature 1 and top_p 1 unless the request says otherwise\n"
-      "(temperature 0 is greedy), a random seed unless it gives one; max_tokens defaults to\n"
-      "--n-predict. Errors come in the API's shape ({\"error\": {\"message\", \"type\",\n"
-      "\"param\", \"code\"}}). Listens on loopback unless --host says otherwise.\n"
-      "GET /health answers 200 once the model is open and 503 while draining. SIGTERM drains:\n"
-      "new requests get 503, those in flight finish (for up to --drain-seconds, default 30),\n"
-      "then it exits 0; Ctrl-C, a second signal or --drain-seconds 0 ends the requests in\n"
-      "flight at once (a stream gets an error event) and exits 0. /metrics also carries the\n"
-      "gauges an inference gateway routes by, under vLLM's names (docs/SCALE.md).",
+      kDescription,
       kServe,
       RunServe};
   return kCommand;

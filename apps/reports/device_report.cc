@@ -1,5 +1,7 @@
 #include "apps/reports/device_report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -39,20 +41,24 @@ std::string DevicesText(const std::vector<io::DeviceReport>& devices, double sec
   return out;
 }
 
+nlohmann::json DeviceJson(const io::DeviceReport& d, double seconds) {
+  return {{"name", DeviceName(d)},
+          {"id", d.id},
+          {"dirs", d.dirs},
+          {"profile", d.profile},
+          {"queue_depth", d.queue_depth},
+          {"bytes", d.bytes},
+          {"reads", d.reads},
+          {"busy_seconds", d.busy_seconds},
+          // A read in flight across the end of the span counts in full.
+          {"busy_fraction", std::min(1.0, Fraction(d.busy_seconds, seconds))},
+          {"rate_bytes_per_second", DeliveredRate(d)},
+          {"failovers", d.failovers}};
+}
+
 nlohmann::json DevicesJson(const std::vector<io::DeviceReport>& devices, double seconds) {
   nlohmann::json out = nlohmann::json::array();
-  for (const io::DeviceReport& d : devices) {
-    out.push_back({{"id", d.id},
-                   {"dirs", d.dirs},
-                   {"profile", d.profile},
-                   {"queue_depth", d.queue_depth},
-                   {"bytes", d.bytes},
-                   {"reads", d.reads},
-                   {"busy_seconds", d.busy_seconds},
-                   {"busy_fraction", Fraction(d.busy_seconds, seconds)},
-                   {"rate_bytes_per_second", DeliveredRate(d)},
-                   {"failovers", d.failovers}});
-  }
+  for (const io::DeviceReport& d : devices) out.push_back(DeviceJson(d, seconds));
   return out;
 }
 

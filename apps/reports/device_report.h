@@ -19,8 +19,11 @@ std::string DeviceName(const io::DeviceReport& d);
 // fractions are of.
 std::string DevicesText(const std::vector<io::DeviceReport>& devices, double seconds);
 
-// [{"id", "dirs", "profile", "queue_depth", "bytes", "reads", "busy_seconds", "busy_fraction",
-//   "rate_bytes_per_second", "failovers"}] for every drive.
+// One drive as every JSON of k3 shows it (--report-json, k3 bench, /k3/events): {"name" (as
+// DeviceName), "id", "dirs", "profile", "queue_depth", "bytes", "reads", "busy_seconds",
+// "busy_fraction" (of `seconds`), "rate_bytes_per_second" (delivered while busy), "failovers"}.
+nlohmann::json DeviceJson(const io::DeviceReport& d, double seconds);
+// DeviceJson of every drive.
 nlohmann::json DevicesJson(const std::vector<io::DeviceReport>& devices, double seconds);
 
 // The Prometheus lines: k3_device_read_bytes_total, k3_device_busy_seconds_total,

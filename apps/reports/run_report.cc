@@ -14,6 +14,7 @@
 #include "apps/reports/device_report.h"
 #include "core/util/median.h"
 #include "core/util/progress.h"
+#include "pipeline/memory_plan_json.h"
 
 namespace k3::cli {
 namespace {
@@ -176,15 +177,7 @@ nlohmann::json RunReport::ToJson(const Engine& engine) const {
   if (cache_use_) report["prompt_cache"] = cache_use_->ToJson(*cache_);
   report["peak_rss_bytes"] = PeakRssBytes();
   report["settings"] = engine.Settings();
-  report["memory_plan"] = {{"budget_bytes", engine.plan().budget_bytes},
-                           {"minimum_bytes", engine.plan().minimum_bytes},
-                           {"cache_bytes", engine.plan().cache_bytes},
-                           {"pinned_trunk_bytes", engine.plan().pinned_trunk_bytes},
-                           {"streamed_layers", engine.plan().streamed_layers()},
-                           {"ring_bytes", engine.plan().ring_bytes()},
-                           {"embedding_resident", engine.plan().embedding_resident},
-                           {"lm_head_resident", engine.plan().lm_head_resident},
-                           {"routers_resident", engine.plan().routers_resident}};
+  report["memory_plan"] = MemoryPlanJson(engine.plan());
   nlohmann::json by_distance = nlohmann::json::array();
   for (const PrefetchAccuracy& a : engine.prefetch_accuracy()) {
     by_distance.push_back({{"distance", a.distance},

@@ -1,17 +1,8 @@
-// POST /v1/messages and /v1/messages/count_tokens: Anthropic's body read into a
-// CompletionRequest (anthropic_request.h), submitted and followed as an OpenAI chat is
-// (HttpServer::Submit, Follower), and answered as that API answers, whole or as its events.
 #include "apps/server/anthropic_reply.h"
 
-#include <atomic>
-#include <random>
-
 #include "absl/strings/str_cat.h"
-#include "apps/server/anthropic_request.h"
-#include "apps/server/follower.h"
+#include "apps/server/event_stream.h"
 #include "apps/server/http_internal.h"
-#include "apps/server/http_server.h"
-#include "httplib.h"
 
 namespace k3::server {
 
@@ -20,13 +11,8 @@ namespace {
 // Ordered, as the message is (anthropic_reply.h).
 using Json = nlohmann::ordered_json;
 
-// As Dump (http_internal.h), for ordered JSON.
-std::string DumpOrdered(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 std::string Event(std::string_view name, const Json& data) {
-  return absl::StrCat("event: ", std::string(name), "\ndata: ", DumpOrdered(data), "\n\n");
+  return FrameEvent(name, DumpOrdered(data));
 }
 
 // A call's arguments as the object a tool_use's input is; text that is not one (only a tool
@@ -34,20 +20,6 @@ std::string Event(std::string_view name, const Json& data) {
 Json Input(const ToolCall& call) {
   Json input = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
   return input.is_object() ? input : Json::object();
-}
-
-std::string NewMessageId() {
-  static std::atomic<uint64_t> next{0};
-  static const uint64_t salt = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  return absl::StrCat("msg_", absl::Hex(salt, absl::kZeroPad16),
-                      absl::Hex(next++, absl::kZeroPad8));
-}
-
-std::string StopReason(const Follower& f) {
-  const std::string finish = f.finish_reason();
-  if (finish == "tool_calls") return "tool_use";
-  if (f.stop_string()) return "stop_sequence";
-  return finish == "stop" ? "end_turn" : "max_tokens";
 }
 
 }  // namespace
@@ -164,81 +136,6 @@ std::string MessageBuilder::Delta(Json delta) {
   return Event("content_block_delta", {{"type", "content_block_delta"},
                                        {"index", message_["content"].size() - 1},
                                        {"delta", std::move(delta)}});
-}
-
-void HttpServer::Messages(const httplib::Request& req, httplib::Response& res) {
-  ParseResult parsed = ParseMessagesRequest(req.body, /*count_tokens=*/false);
-  if (parsed.error) return SendError(req, res, *parsed.error);
-  const CompletionRequest& r = *parsed.request;
-  Submission submission;
-  if (auto error = Submit(r, submission)) return SendError(req, res, *error);
-  const std::shared_ptr<Follower> follower = submission.follower;
-  auto builder =
-      std::make_shared<MessageBuilder>(NewMessageId(), options_.model_id, r.chat.thinking);
-  const auto input_tokens = static_cast<int64_t>(submission.prompt_ids.size());
-  auto usage = [follower, input_tokens] {
-    const int64_t cached = follower->cached_tokens();  // 0 until the request is admitted
-    return MessageUsage{input_tokens - cached, follower->completion_tokens(), cached};
-  };
-
-  if (!r.stream) {
-    Piece all;
-    while (!follower->Next(all, std::chrono::milliseconds(1000))) {
-    }
-    if (absl::Status s = follower->status(); !s.ok()) {
-      return SendError(req, res, ErrorFromStatus(s));
-    }
-    follower->LogWarnings(options_.log_requests);
-    builder->Start(usage());
-    builder->Add(all.reasoning, all.content, all.tool_calls);
-    builder->Finish(StopReason(*follower), follower->stop_string(), usage());
-    Json message = builder->message();
-    if (r.return_token_ids) {
-      message["prompt_token_ids"] = submission.prompt_ids;
-      message["token_ids"] = all.ids;
-    }
-    res.set_content(DumpOrdered(message), "application/json");
-    return;
-  }
-
-  SendEventStream(
-      req, res,
-      [follower, builder, usage, log = options_.log_requests](size_t, httplib::DataSink& sink) {
-        auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
-        bool ok = write(builder->Start(usage()));
-        for (bool over = false; ok && !over;) {
-          Piece piece;
-          over = follower->Next(piece, kHeartbeat);
-          if (piece.has_text()) {
-            ok = write(builder->Add(piece.reasoning, piece.content, piece.tool_calls));
-          } else if (!over) {
-            ok = write(Event("ping", {{"type", "ping"}}));
-          }
-        }
-        if (!ok) {
-          follower->job().Cancel();  // the client has gone
-          return false;
-        }
-        if (absl::Status s = follower->status(); !s.ok()) {
-          write(Event("error", Json(AnthropicErrorJson(ErrorFromStatus(s)))));
-        } else {
-          follower->LogWarnings(log);
-          write(builder->Finish(StopReason(*follower), follower->stop_string(), usage()));
-        }
-        sink.done();
-        return true;
-      },
-      [follower](bool success) {
-        if (!success) follower->job().Cancel();
-      });
-}
-
-void HttpServer::CountTokens(const httplib::Request& req, httplib::Response& res) {
-  ParseResult parsed = ParseMessagesRequest(req.body, /*count_tokens=*/true);
-  if (parsed.error) return SendError(req, res, *parsed.error);
-  std::vector<int32_t> ids;
-  if (auto error = Prompt(*parsed.request, ids)) return SendError(req, res, *error);
-  res.set_content(DumpOrdered({{"input_tokens", ids.size()}}), "application/json");
 }
 
 }  // namespace k3::server

@@ -4,11 +4,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "apps/reports/device_report.h"
 #include "apps/server/http_internal.h"
-#include "httplib.h"
 #include "pipeline/engine.h"
+#include "pipeline/memory_plan_json.h"
 
 namespace k3::server {
 namespace {
@@ -18,10 +17,6 @@ using nlohmann::json;
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// A stream with no event for this long says it is alive with a comment line, which clients
-// ignore and proxies see as traffic.
-constexpr std::chrono::seconds kKeepalive{15};
 
 // -1 (nothing of the kind in the step) as null, so that no client takes it for a time.
 json Ms(double ms) { return ms < 0 ? json(nullptr) : json(ms); }
@@ -49,14 +44,16 @@ void StepFigures::Merge(StepFigures&& later) {
   disk_busy_seconds += later.disk_busy_seconds;
   cache_requests += later.cache_requests;
   cache_hits += later.cache_hits;
-  for (DeviceStep& d : later.devices) {
+  for (io::DeviceReport& d : later.devices) {
     auto same = std::find_if(devices.begin(), devices.end(),
-                             [&](const DeviceStep& e) { return e.name == d.name; });
+                             [&](const io::DeviceReport& e) { return e.id == d.id; });
     if (same == devices.end()) {
       devices.push_back(std::move(d));
     } else {
-      same->read_bytes += d.read_bytes;
+      same->bytes += d.bytes;
+      same->reads += d.reads;
       same->busy_seconds += d.busy_seconds;
+      same->failovers += d.failovers;
     }
   }
   layers = std::move(later.layers);
@@ -72,14 +69,7 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
   // Fractions and rates of the steps' own time (not of the gaps between them).
   auto per_second = [&](double x) { return seconds > 0 ? x / seconds : 0.0; };
   uint64_t read_bytes = 0;
-  json drives = json::array();
-  for (const DeviceStep& d : devices) {
-    read_bytes += d.read_bytes;
-    drives.push_back({{"name", d.name},
-                      {"read_bytes", d.read_bytes},
-                      {"busy_fraction", std::min(1.0, per_second(d.busy_seconds))},
-                      {"rate_bytes_per_second", per_second(static_cast<double>(d.read_bytes))}});
-  }
+  for (const io::DeviceReport& d : devices) read_bytes += d.bytes;
   json layer_list = json::array();
   for (const LayerFigures& f : layers) layer_list.push_back(LayerJson(f));
   const char* kind = prefill_tokens == 0 ? "decode" : decode_tokens == 0 ? "prefill" : "mixed";
@@ -95,7 +85,7 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
            {{"read_bytes", read_bytes},
             {"busy_fraction", std::min(1.0, per_second(disk_busy_seconds))},
             {"rate_bytes_per_second", per_second(static_cast<double>(read_bytes))}}},
-          {"devices", std::move(drives)},
+          {"devices", DevicesJson(devices, seconds)},
           {"layers", std::move(layer_list)},
           {"queue", {{"waiting", waiting}, {"running", running}}},
           {"prompt_cache", {{"entries", prompt_cache_entries}, {"hits", prompt_cache_hits}}},
@@ -104,38 +94,18 @@ json StepFigures::ToJson(int64_t seq, double time_ms) const {
 
 json PlanJson(const Engine& engine, int max_batch) {
   const ModelConfig& c = engine.config();
-  const MemoryPlan& p = engine.plan();
   json moe = json::array();
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (!c.is_dense(l)) moe.push_back(l);
   }
-  json drives = json::array();
-  for (const io::DeviceReport& d : engine.devices()) {
-    drives.push_back({{"name", DeviceName(d)}, {"path", absl::StrJoin(d.dirs, ", ")}});
-  }
-  const int64_t pinned = c.num_layers - p.streamed_layers();
+  json memory = MemoryPlanJson(engine.plan());
+  memory["expert_bytes"] = c.expert_bytes();  // the model's: what a cache slot holds
   return {{"layers", c.num_layers},
           {"moe_layers", std::move(moe)},
           {"experts_per_layer", c.num_experts},
           {"experts_per_token", c.num_experts_per_token},
-          {"memory",
-           {{"source", p.source},
-            {"budget_bytes", p.budget_bytes},
-            {"planned_bytes", p.planned_bytes()},
-            {"trunk_pinned_bytes", p.pinned_trunk_bytes},
-            {"trunk_ring_bytes", p.ring_bytes()},
-            {"cache_bytes", p.cache_bytes},
-            {"cache_slots", p.cache_slots},
-            {"expert_bytes", c.expert_bytes()},
-            {"state_bytes", p.state_bytes},
-            {"buffer_bytes", p.buffer_bytes},
-            {"vector_bytes", p.vector_bytes},
-            {"embedding_bytes", p.embedding_bytes},
-            {"lm_head_bytes", p.lm_head_bytes},
-            {"router_bytes", p.router_bytes},
-            {"pinned_layers", pinned},
-            {"streamed_layers", p.streamed_layers()}}},
-          {"drives", std::move(drives)},
+          {"memory", std::move(memory)},
+          {"drives", DevicesJson(engine.devices(), 0)},
           {"max_batch", max_batch},
           {"context", engine.max_context()},
           {"prefill_chunk", engine.prefill_chunk()}};
@@ -217,43 +187,6 @@ void EngineEvents::Close() {
 bool EngineEvents::closed() const {
   std::lock_guard lock(mu_);
   return closed_;
-}
-
-void ServeEngineEvents(EngineEvents& hub, const std::string& model_id, const httplib::Request& req,
-                       httplib::Response& res) {
-  std::shared_ptr<EngineEvents::Client> client = hub.Join();
-  if (client == nullptr) {
-    return SendError(res, {503,
-                           absl::StrCat("already ", EngineEvents::kMaxClients,
-                                        " clients listen to the engine's events; try later"),
-                           "server_error", "", "too_many_listeners"});
-  }
-  json plan = hub.plan();
-  plan["model"] = model_id;
-  std::string head = absl::StrCat("event: plan\ndata: ", Dump(plan), "\n\n");
-  // The client leaves with the provider, when httplib is done with the response.
-  SendEventStream(req, res, [&hub, client, head](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    if (!write(head)) return false;
-    int64_t seen = hub.last_seq();
-    auto quiet_since = std::chrono::steady_clock::now();
-    while (!hub.closed()) {
-      const std::optional<EngineEvents::Event> event = hub.Next(seen, std::chrono::seconds(1));
-      bool ok = true;
-      const auto now = std::chrono::steady_clock::now();
-      if (event) {
-        seen = event->seq;
-        ok = write(absl::StrCat("event: step\ndata: ", event->Data(), "\n\n"));
-        quiet_since = now;
-      } else if (now - quiet_since >= kKeepalive) {
-        ok = write(": keepalive\n\n");
-        quiet_since = now;
-      }
-      if (!ok) return false;  // the client has gone
-    }
-    sink.done();
-    return true;
-  });
 }
 
 }  // namespace k3::server

@@ -1,5 +1,5 @@
-// The engine seen live: GET /k3/events, a server-sent event stream of per-step figures (the
-// memory plan on connect, then the steps, at most four events a second).
+// The engine seen live: GET /k3/events (k3_routes.cc), a server-sent event stream of per-step
+// figures (the memory plan on connect, then the steps, at most four events a second).
 //
 // The engine thread publishes each step's figures to an EngineEvents hub, and only while a
 // client listens (has_clients): steps that come faster than kMinGap apart are merged into one
@@ -20,26 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "io/read_router.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/step_metrics.h"
-
-namespace httplib {
-class Request;
-class Response;
-}  // namespace httplib
 
 namespace k3 {
 class Engine;
 }  // namespace k3
 
 namespace k3::server {
-
-// What one drive did in a step (or in merged steps).
-struct DeviceStep {
-  std::string name;
-  uint64_t read_bytes = 0;
-  double busy_seconds = 0;
-};
 
 // One engine step's figures, or the sum of several (Merge).
 struct StepFigures {
@@ -49,8 +38,8 @@ struct StepFigures {
   double stall_seconds = 0;      // compute waiting for bytes
   double disk_busy_seconds = 0;  // some read in flight
   uint64_t cache_requests = 0, cache_hits = 0;
-  std::vector<DeviceStep> devices;
-  std::vector<LayerFigures> layers;  // the MoE layers of the last step
+  std::vector<io::DeviceReport> devices;  // what each drive did in the steps
+  std::vector<LayerFigures> layers;       // the MoE layers of the last step
   // As of the last step.
   int64_t waiting = 0, running = 0;
   int64_t prompt_cache_entries = 0, prompt_cache_hits = 0;
@@ -132,9 +121,5 @@ class EngineEvents {
   double last_out_ = -std::numeric_limits<double>::infinity();
   bool closed_ = false;
 };
-
-// GET /k3/events on `hub` (the plan event carries `model_id`).
-void ServeEngineEvents(EngineEvents& hub, const std::string& model_id, const httplib::Request& req,
-                       httplib::Response& res);
 
 }  // namespace k3::server

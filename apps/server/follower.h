@@ -1,5 +1,5 @@
 // What the server's APIs share once a request is parsed: a job's tokens followed and turned into
-// reply text, whichever API shapes the answer (completion.cc for OpenAI's, anthropic_reply.cc
+// reply text, whichever API shapes the answer (openai_routes.cc for OpenAI's, anthropic_routes.cc
 // for Anthropic's Messages).
 #pragma once
 

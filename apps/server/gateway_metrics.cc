@@ -6,11 +6,22 @@
 
 namespace k3::server {
 
+namespace {
+
+double Portion(double part, double whole) {
+  return whole > 0 ? std::clamp(part / whole, 0.0, 1.0) : 0.0;
+}
+
+}  // namespace
+
 double StateMemoryUsage(const ServiceStats& stats) {
-  if (stats.state_bytes_capacity == 0) return 0;
-  const double used =
-      static_cast<double>(stats.live_state_bytes) / static_cast<double>(stats.state_bytes_capacity);
-  return std::clamp(used, 0.0, 1.0);
+  return Portion(static_cast<double>(stats.live_state_bytes),
+                 static_cast<double>(stats.state_bytes_capacity));
+}
+
+double PodUsage(const ServiceStats& stats) {
+  return std::max(Portion(static_cast<double>(stats.live), static_cast<double>(stats.places)),
+                  StateMemoryUsage(stats));
 }
 
 std::string GatewayMetrics(const ServiceStats& stats) {
@@ -25,9 +36,10 @@ std::string GatewayMetrics(const ServiceStats& stats) {
   gauge("vllm:num_requests_running", "Sequences in the batch (k3_live_sequences), for the gateway.",
         stats.live);
   gauge("vllm:kv_cache_usage_perc",
-        "The fraction of the batch's state memory the live sequences' states hold, 0 to 1 "
-        "(k3_state_memory_usage), for the gateway.",
-        StateMemoryUsage(stats));
+        "How full the batch is, 0 to 1, for the gateway: the larger of its places in use "
+        "(k3_live_sequences over k3_batch_places) and its state memory in use "
+        "(k3_state_memory_usage).",
+        PodUsage(stats));
   // An info gauge: the labels are the figures. The capacity counts every state the plan
   // reserves (the batch's and the saved ones) at the planned context, in nominal blocks.
   const int64_t tokens = stats.planned_states * stats.context;

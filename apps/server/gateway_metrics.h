@@ -18,6 +18,12 @@ inline constexpr int64_t kPrefixBlockTokens = 64;
 // The fraction of the batch's state memory the live sequences' states hold, in [0, 1].
 double StateMemoryUsage(const ServiceStats& stats);
 
+// What vllm:kv_cache_usage_perc says, in [0, 1]: the larger of the places in use over the
+// places and StateMemoryUsage. The gateway's KV scorer reads it as how full the pod is, and
+// a state planned at a long context fills slowly: a batch with every place taken by short
+// requests is full, whatever the bytes say.
+double PodUsage(const ServiceStats& stats);
+
 // Prometheus text: vllm:num_requests_waiting, vllm:num_requests_running,
 // vllm:kv_cache_usage_perc, vllm:cache_config_info, and k3's names for the state memory.
 std::string GatewayMetrics(const ServiceStats& stats);

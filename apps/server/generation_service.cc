@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "apps/reports/device_report.h"
 
 namespace k3::server {
 
@@ -320,9 +319,7 @@ void GenerationService::PublishStep() {
   std::vector<io::DeviceReport> devices = engine_.devices();
   const auto step_count = static_cast<uint64_t>(totals.step_count);
   if (devices_step_ + 1 != step_count) devices_ = devices;
-  for (const io::DeviceReport& d : io::DevicesSince(devices_, devices)) {
-    step.devices.push_back({DeviceName(d), d.bytes, d.busy_seconds});
-  }
+  step.devices = io::DevicesSince(devices_, devices);
   devices_ = std::move(devices);
   devices_step_ = step_count;
   engine_.StepLayers(step.layers);

@@ -1,14 +1,13 @@
 // What the files of the HTTP server share (not for use outside apps/server/).
 #pragma once
 
-#include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "apps/server/openai_request.h"
 #include "nlohmann/json.hpp"
 
 namespace httplib {
-class DataSink;
 class Request;
 class Response;
 }  // namespace httplib
@@ -18,13 +17,8 @@ namespace k3::server {
 // JSON text for a client: bytes that are not UTF-8 (a reply can end inside a character, and
 // a model can sample any bytes) become U+FFFD instead of failing the answer.
 std::string Dump(const nlohmann::json& j);
-
-// Answers `req` with server-sent events written by `provide` (httplib's chunked content
-// provider; `released(success)` when the stream ends): text/event-stream; charset=utf-8, never
-// cached, never compressed.
-void SendEventStream(const httplib::Request& req, httplib::Response& res,
-                     std::function<bool(size_t, httplib::DataSink&)> provide,
-                     std::function<void(bool)> released = nullptr);
+// The same for ordered JSON (Anthropic's answers keep their keys in the API's order).
+std::string DumpOrdered(const nlohmann::ordered_json& j);
 
 // In the OpenAI API's shape; 429 with Retry-After.
 void SendError(httplib::Response& res, const ApiError& error);

@@ -1,5 +1,5 @@
-// The HTTP side of `k3 serve`: the OpenAI routes, Anthropic's Messages, the API key, body limits
-// and errors in the API's shape, server-sent events, and /metrics. Requests go to a
+// The HTTP side of `k3 serve`: the routes of routes.h (OpenAI's, Anthropic's, the page's and
+// k3's own) behind the API key, body limits and errors in the API's shape. Requests go to a
 // GenerationService; one HTTP thread follows each request to its end.
 //
 // cpp-httplib (Debian's libcpp-httplib-dev 0.11) rather than Boost.Beast: its thread pool and
@@ -11,13 +11,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "apps/server/generation_service.h"
-#include "apps/server/openai_request.h"
+#include "apps/server/server_context.h"
 #include "core/text/tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -26,26 +24,11 @@ class Request;
 class Response;
 }  // namespace httplib
 
-namespace k3::grammar {
-class TokenTrie;
-}  // namespace k3::grammar
-
 namespace k3::server {
 
-struct Submission;
-
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: any free port
-  std::string api_key;               // empty: no key asked for
-  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
-  int32_t default_max_tokens = 256;  // when a request gives none
-  int32_t reasoning_budget = -1;     // think tokens at most when a request gives none (-1: any)
-  std::string model_id = "kimi-k3";  // what /v1/models lists and answers carry
-  int threads = 16;                  // HTTP threads: requests followed at once
-  bool log_requests = true;          // one line per request on stderr
-};
-
+// The transport: the listening socket, httplib's threads, the API key, errors in the API's
+// shape, the log line and the count of each request; the routes' handlers (routes.h) do the
+// rest.
 class HttpServer {
  public:
   HttpServer(GenerationService& service, const Tokenizer& tokenizer, std::vector<int32_t> stop_ids,
@@ -58,31 +41,15 @@ class HttpServer {
   void Stop();   // from any thread
 
  private:
-  struct Counters;
-  void Routes();
-  void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  // Anthropic's POST /v1/messages and /v1/messages/count_tokens (anthropic_reply.cc).
-  void Messages(const httplib::Request& req, httplib::Response& res);
-  void CountTokens(const httplib::Request& req, httplib::Response& res);
-  // Renders, constrains and submits a parsed request of either API.
-  std::optional<ApiError> Submit(const CompletionRequest& r, Submission& out);
-  std::optional<ApiError> Prompt(const CompletionRequest& r, std::vector<int32_t>& ids) const;
-  // The reply's constraints (core/text/tools/reply_constraint.h).
-  std::optional<ApiError> Constrain(const CompletionRequest& r, BatchRequest& batch) const;
-  absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> Trie() const;
-  std::string Metrics() const;
+  void Configure();
+  // Whether `req` may go on to its route: the key, when the server has one and the route asks.
+  bool Admitted(const httplib::Request& req) const;
+  void Refuse(const httplib::Request& req, httplib::Response& res) const;  // 401
+  void AnswerError(const httplib::Request& req, httplib::Response& res) const;
+  void Log(const httplib::Request& req, const httplib::Response& res);
 
-  GenerationService& service_;
-  const Tokenizer& tok_;
-  std::vector<int32_t> stop_ids_;
-  int vocab_size_;
-  // The vocabulary as a byte trie, for constrained decoding (Trie(): built once, when first
-  // needed).
-  mutable std::once_flag trie_once_;
-  mutable absl::StatusOr<std::shared_ptr<const grammar::TokenTrie>> trie_;
-  ServerOptions options_;
+  std::unique_ptr<ServerContext> server_;
   std::unique_ptr<httplib::Server> http_;
-  std::unique_ptr<Counters> counters_;
 };
 
 }  // namespace k3::server

@@ -290,7 +290,7 @@ TEST_F(ServeEventsTest, EventsGiveThePlanThenStepsWithLayerFiguresAtMostFourASec
   EXPECT_GT(plan["memory"]["budget_bytes"].get<uint64_t>(), 0u);
   EXPECT_GT(plan["memory"]["cache_bytes"].get<uint64_t>(), 0u);
   ASSERT_EQ(plan["drives"].size(), 1u);
-  EXPECT_TRUE(plan["drives"][0].contains("name") && plan["drives"][0].contains("path"));
+  EXPECT_TRUE(plan["drives"][0].contains("name") && plan["drives"][0].contains("dirs"));
   EXPECT_GE(plan["max_batch"].get<int>(), 1);
   EXPECT_GT(plan["context"].get<int64_t>(), 300);
 
@@ -330,7 +330,7 @@ TEST_F(ServeEventsTest, EventsGiveThePlanThenStepsWithLayerFiguresAtMostFourASec
   EXPECT_EQ(events[1].second["steps"], 1);
   EXPECT_EQ(events[1].second["tokens"], kChunk);
   EXPECT_GT(events[1].second["disk"]["read_bytes"].get<uint64_t>(), 0u);  // a cold cache's reads
-  EXPECT_EQ(events[1].second["disk"]["read_bytes"], events[1].second["devices"][0]["read_bytes"]);
+  EXPECT_EQ(events[1].second["disk"]["read_bytes"], events[1].second["devices"][0]["bytes"]);
   for (const std::string& kind : kinds)
     EXPECT_THAT(kind, ::testing::AnyOf("prefill", "decode", "mixed"));
   // Every step counted once (2 x 299 decode steps and the prompts' chunks).

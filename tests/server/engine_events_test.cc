@@ -21,7 +21,7 @@ StepFigures OneStep(int64_t tokens, double seconds, int32_t layer) {
   s.seconds = seconds;
   s.cache_requests = 4;
   s.cache_hits = 3;
-  s.devices = {{.name = "d0", .read_bytes = 100, .busy_seconds = seconds / 2}};
+  s.devices = {{.id = "d0", .dirs = {"d0"}, .bytes = 100, .busy_seconds = seconds / 2}};
   s.layers = {{.layer = layer, .asked = 4, .cached = 3, .read = 1}};
   s.running = tokens;
   return s;
@@ -62,7 +62,7 @@ TEST_F(EngineEventsTest, TheFirstStepGoesOutAtOnceAndTheNextWithinAQuarterSecond
   EXPECT_NEAR(m.seconds, 0.15, 1e-12);
   EXPECT_EQ(m.cache_requests, 12u);
   ASSERT_EQ(m.devices.size(), 1u);
-  EXPECT_EQ(m.devices[0].read_bytes, 300u);
+  EXPECT_EQ(m.devices[0].bytes, 300u);
   ASSERT_EQ(m.layers.size(), 1u);
   EXPECT_EQ(m.layers[0].layer, 12);  // the last step's timeline
   EXPECT_EQ(m.running, 2);

@@ -51,7 +51,7 @@ function showPlan(plan) {
     if (k.endsWith('_bytes')) rows.push([k.slice(0, -6).replaceAll('_', ' '), bytes(v)]);
     else rows.push([k.replaceAll('_', ' '), String(v)]);
   }
-  for (const d of plan.drives || []) rows.push([`drive ${d.name}`, d.path]);
+  for (const d of plan.drives || []) rows.push([`drive ${d.name}`, (d.dirs || []).join(', ')]);
   fill('pl-plan', rows);
 }
 
