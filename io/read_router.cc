@@ -382,4 +382,19 @@ std::vector<DeviceReport> ReadRouter::devices() const {
   return out;
 }
 
+std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
+                                       const std::vector<DeviceReport>& after) {
+  std::vector<DeviceReport> out = after;
+  for (DeviceReport& d : out) {
+    const auto was = std::find_if(before.begin(), before.end(),
+                                  [&](const DeviceReport& b) { return b.id == d.id; });
+    if (was == before.end()) continue;
+    d.bytes -= std::min(d.bytes, was->bytes);
+    d.reads -= std::min(d.reads, was->reads);
+    d.busy_seconds = std::max(0.0, d.busy_seconds - was->busy_seconds);
+    d.failovers -= std::min(d.failovers, was->failovers);
+  }
+  return out;
+}
+
 }  // namespace k3::io

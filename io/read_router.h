@@ -28,25 +28,9 @@
 #include "absl/time/time.h"
 #include "io/read_engine.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 
 namespace k3::io {
-
-// One `--volume`: a directory holding copies of any of the checkpoint's files (same names), or a
-// striped layout's pieces.
-struct Volume {
-  std::string dir = "";
-  std::optional<StorageProfile> profile = std::nullopt;  // its own drive; else the default's
-};
-
-// "DIR" or "DIR@PROFILE", the profile as --storage-profile takes it (commas kept):
-// "/mnt/b/k3@bw=1000MB/s,lat=100us". InvalidArgument naming the spec.
-absl::StatusOr<Volume> ParseVolume(std::string_view spec);
-
-// The volumes of a list flag that the flag library has split at commas (and repeated flags
-// joined with them): a part that is a profile setting (lat=, bw=, iops=, qd=) continues the
-// profile of the volume before it, any other part starts a volume.
-// {"/a@bw=1GB/s", "lat=1ms", "/b"} is {"/a@bw=1GB/s,lat=1ms", "/b"}.
-std::vector<std::string> JoinVolumeParts(const std::vector<std::string>& parts);
 
 // Bytes [offset, offset + length) of a file are also at `at` in `path` (a striped piece). `at`
 // and `offset` are equal modulo 4096, so a read lands where it would from the file.
@@ -55,12 +39,6 @@ struct Extent {
   uint64_t length = 0;
   std::string path = "";
   uint64_t at = 0;
-};
-
-enum class CopyCheck {
-  kSize,     // the size only
-  kSampled,  // the size, the first 64 KiB and 16 samples of 4 KiB spread over the file
-  kFull,     // every byte (k3 inspect --verify-volumes)
 };
 
 struct ReadRouterOptions {
@@ -142,10 +120,5 @@ class ReadRouter {
   explicit ReadRouter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Compares `copy` with `original` as `check` says: OK, or FailedPrecondition naming the copy and
-// what differs (size, or the first differing offset).
-absl::Status CheckCopy(const std::string& original, const std::string& copy, CopyCheck check,
-                       const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 }  // namespace k3::io
