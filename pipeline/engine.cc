@@ -193,10 +193,10 @@ nlohmann::json Engine::Settings() const {
           {"overlap", o.overlap},
           {"prefill_chunk", plan.prefill_chunk},
           {"max_context", plan.context},
-          {"storage_profile", o.storage_profile},
+          {"storage_profile", o.storage_profile.name},
           {"io_backend", std::string(parts_->reads->backend_name())},
           {"direct_io", o.direct_io},
-          {"volumes", o.volumes},
+          {"volumes", io::VolumeSpecs(o.volumes)},
           {"buffered_files", parts_->BufferedFiles()},
           {"ranks", parts_->ranked != nullptr ? parts_->ranked->partition().ranks() : 1}};
 }
