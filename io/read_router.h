@@ -10,8 +10,8 @@
 // its own emulated storage profile counts as its own drive, whatever its inodes, so that tests
 // and benchmarks can emulate drives with hard links on one disk.
 //
-// The interface is the read engine's (io/read_engine.h) for files opened here; with one device
-// every read goes to it whole, as it would to the engine.
+// Reads as the read engine does (the Reads interface, io/reads.h) for files opened here; with one
+// device every read goes to it whole, as it would to the engine.
 #pragma once
 
 #include <cstdint>
@@ -78,11 +78,12 @@ struct DeviceReport {
 std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
                                        const std::vector<DeviceReport>& after);
 
-class ReadRouter {
+// Several devices' reads (the Reads interface, io/reads.h).
+class ReadRouter final : public Reads {
  public:
   static absl::StatusOr<std::unique_ptr<ReadRouter>> Create(const ReadRouterOptions& options);
   // As the engine's: cancels what is queued, waits for what is in flight.
-  ~ReadRouter();
+  ~ReadRouter() override;
   ReadRouter(const ReadRouter&) = delete;
   ReadRouter& operator=(const ReadRouter&) = delete;
 
@@ -90,29 +91,27 @@ class ReadRouter {
   // options say; a copy that differs is refused with a warning naming it and never read), and
   // `stripes`, pieces of it held elsewhere (read instead of `path` for the ranges they hold).
   absl::StatusOr<FileId> OpenFile(const std::string& path, std::vector<Extent> stripes = {});
-  FileInfo file(FileId id) const;  // of `path` itself
+  FileInfo file(FileId id) const override;  // of `path` itself
   // The other places the file is read from (copies, then stripe files).
   std::vector<std::string> copies(FileId id) const;
   // The stripes it was opened with.
   std::vector<Extent> stripes(FileId id) const;
 
-  absl::StatusOr<ReadId> Submit(ReadRequest request);
-  absl::StatusOr<std::span<uint8_t>> Read(ReadRequest request);
-  ReadResult Wait(ReadId id);
-  std::optional<ReadResult> Poll();
-  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration());
-  bool Cancel(ReadId id);
-  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr);
-
-  // The reads asked of the router (not their parts), as the engine logs them.
-  void StartLog();
-  std::vector<LoggedRead> TakeLog();
-
-  std::string_view backend_name() const;
-  bool buffers_registered() const;
   const ReadRouterOptions& options() const;
-  EngineStats stats() const;  // summed over the devices (peaks: the largest)
   std::vector<DeviceReport> devices() const;
+
+  absl::StatusOr<ReadId> Submit(ReadRequest request) override;
+  ReadResult Wait(ReadId id) override;
+  std::optional<ReadResult> Poll() override;
+  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration()) override;
+  bool Cancel(ReadId id) override;
+  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr) override;
+  // The reads asked of the router (not their parts), as an engine logs them.
+  void StartLog() override;
+  std::vector<LoggedRead> TakeLog() override;
+  std::string_view backend_name() const override;
+  bool buffers_registered() const override;
+  ReadStats stats() const override;  // summed over the devices (peaks: the largest)
 
   struct Impl;
 

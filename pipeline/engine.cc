@@ -1,5 +1,5 @@
 // Engine::Open: wires the checkpoint, the memory plan, the pinned trunk, the expert cache, the
-// read engine, the streaming expert provider and the trunk streamer into a Model.
+// read router, the streaming expert provider and the trunk streamer into a Model.
 #include "pipeline/engine.h"
 
 #include <tbb/global_control.h>
@@ -48,7 +48,7 @@ RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
 // Everything the engine owns, in the order it is built; destroyed users first (~Parts).
 struct Engine::Parts {
   ~Parts() {
-    // Order matters: the users of the read engine go first, the memory reads land in last.
+    // Order matters: the users of the reads go first, the memory reads land in last.
     model.reset();
     held.reset();
     streamer.reset();

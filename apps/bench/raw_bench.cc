@@ -33,9 +33,9 @@ struct Measurement {
 // Reads `order` (whole experts) keeping `depth` experts in flight, one buffer slot each.
 class RawRun {
  public:
-  RawRun(io::ReadRouter& engine, const std::vector<io::FileId>& shard_ids,
-         const io::BufferArena& arena, uint64_t slot_bytes)
-      : engine_(engine), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
+  RawRun(io::Reads& reads, const std::vector<io::FileId>& shard_ids, const io::BufferArena& arena,
+         uint64_t slot_bytes)
+      : reads_(reads), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
 
   absl::StatusOr<Measurement> Run(const std::vector<const ExpertLocation*>& order, int depth) {
     order_ = &order;
@@ -47,7 +47,7 @@ class RawRun {
       if (absl::Status s = SubmitNext(slot); !s.ok()) return s;
     }
     while (m.experts < static_cast<int>(order.size())) {
-      std::optional<io::ReadResult> r = engine_.WaitAny();
+      std::optional<io::ReadResult> r = reads_.WaitAny();
       if (!r) continue;
       if (!r->status.ok()) return r->status;
       const int slot = static_cast<int>(r->user_data);
@@ -78,13 +78,13 @@ class RawRun {
       req.user_data = static_cast<uint64_t>(slot);
       pos += need;
       ++pending_[slot];
-      auto id = engine_.Submit(std::move(req));
+      auto id = reads_.Submit(std::move(req));
       if (!id.ok()) return id.status();
     }
     return absl::OkStatus();
   }
 
-  io::ReadRouter& engine_;
+  io::Reads& reads_;
   const std::vector<io::FileId>& shard_ids_;
   const io::BufferArena& arena_;
   uint64_t slot_bytes_;
