@@ -25,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "apps/commands/commands.h"
 #include "apps/options/cli.h"
+#include "apps/options/engine_flags.h"
 #include "apps/options/flags.h"
 #include "core/checkpoint/config.h"
 #include "core/synth/synth.h"
@@ -81,7 +82,7 @@ void FuzzValue(const k3::cli::Subcommand& sub, uint8_t which, std::string_view v
   }
   if (typed == "set") ApplySetFlag(absl::GetFlag(FLAGS_set));
   if (typed == "storage-profile") {
-    (void)k3::io::ParseStorageProfileList(absl::GetFlag(FLAGS_storage_profile));
+    (void)k3::cli::StorageProfilesFromFlags();
     (void)k3::io::ParseStorageProfile(value);
   }
   if (typed == "preset") (void)k3::SynthPresetConfig(absl::GetFlag(FLAGS_preset));

@@ -331,15 +331,6 @@ absl::StatusOr<ReadId> ReadEngine::Submit(ReadRequest request) {
   return impl_->Submit(std::move(request));
 }
 
-absl::StatusOr<std::span<uint8_t>> ReadEngine::Read(ReadRequest request) {
-  if (request.on_complete) return absl::InvalidArgumentError("Read() takes no callback");
-  auto id = Submit(std::move(request));
-  if (!id.ok()) return id.status();
-  ReadResult r = Wait(*id);
-  if (!r.status.ok()) return r.status;
-  return r.data;
-}
-
 ReadResult ReadEngine::Wait(ReadId id) { return impl_->Wait(id); }
 
 std::optional<ReadResult> ReadEngine::Poll() {
@@ -373,7 +364,7 @@ std::vector<LoggedRead> ReadEngine::TakeLog() {
   return internal::InRequestOrder(std::exchange(impl_->log, {}));
 }
 
-EngineStats ReadEngine::stats() const {
+ReadStats ReadEngine::stats() const {
   AnnotatedMutexLock lock(&impl_->mu);
   return impl_->stats;
 }

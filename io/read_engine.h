@@ -15,8 +15,8 @@
 //   ReadResult r = (*engine)->Wait(id);          // or Poll() / WaitAny() from another thread,
 //   if (!r.status.ok()) ...; use r.data;         // or a callback in the request
 //
-// Ownership: the buffer belongs to the caller but must stay valid and untouched until the
-// request's result has been delivered (also after Cancel: bytes may still be landing in it).
+// The request and result types and the methods to submit and wait are the Reads interface's
+// (io/reads.h), which the read router (io/read_router.h) implements too.
 #pragma once
 
 #include <cstdint>
@@ -33,53 +33,10 @@
 #include "absl/time/time.h"
 #include "io/aligned_buffer.h"
 #include "io/fault_injection.h"
+#include "io/reads.h"
 #include "io/storage_profile.h"
 
 namespace k3::io {
-
-using FileId = int32_t;
-using ReadId = uint64_t;  // never 0
-
-// Demand: a computation is waiting for these bytes now. Trunk: streamed dense weights, needed
-// soon on a known schedule. Prefetch: a guess; may be cancelled and is never allowed to hold a
-// demand read back (demand requests are admitted and their chunks issued first, and prefetches
-// are capped below the queue depth).
-enum class Priority : uint8_t { kDemand = 0, kTrunk = 1, kPrefetch = 2 };
-inline constexpr int kNumPriorities = 3;
-
-struct ReadResult {
-  ReadId id = 0;
-  uint64_t user_data = 0;
-  Priority priority = Priority::kDemand;
-  // OK; Cancelled; DataLoss (end of file before the requested bytes); or the errno's code with
-  // a message naming the file and the offset of the read that failed.
-  absl::Status status = absl::OkStatus();
-  std::span<uint8_t> data = {};  // the requested bytes inside the caller's buffer; empty unless OK
-  absl::Duration latency = absl::ZeroDuration();  // submit to delivery
-  int retries = 0;  // attempts repeated for this request (EINTR, EIO, short reads)
-};
-
-struct ReadRequest {
-  FileId file = -1;
-  uint64_t offset = 0;  // any byte offset
-  uint64_t length = 0;
-  // 4 KiB-aligned, at least BufferBytesFor(offset, length) bytes. The requested bytes land at
-  // buffer.data() + offset % 4096 (ReadResult::data points there).
-  std::span<uint8_t> buffer = {};
-  Priority priority = Priority::kDemand;
-  uint64_t user_data = 0;  // handed back in the result
-  // Optional. When set, the result goes to this callback (on an engine thread; keep it short,
-  // e.g. a flow-graph try_put) instead of the completion queue; Wait() does not apply.
-  std::function<void(ReadResult)> on_complete = nullptr;
-};
-
-// One request as a read log records it (ReadEngine::StartLog).
-struct LoggedRead {
-  FileId file = -1;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  Priority priority = Priority::kDemand;
-};
 
 enum class Backend { kAuto, kUring, kPread };
 
@@ -124,74 +81,32 @@ struct ReadEngineOptions {
   bool notices = true;                          // one-line stderr notices about fallbacks
 };
 
-struct EngineStats {
-  uint64_t completed = 0;  // requests delivered OK
-  uint64_t failed = 0;
-  uint64_t cancelled = 0;
-  uint64_t bytes_delivered = 0;  // requested bytes of OK requests
-  uint64_t bytes_read = 0;       // bytes the device transferred (aligned supersets, re-reads)
-  uint64_t operations = 0;       // chunk reads issued, retries included
-  uint64_t short_reads = 0;
-  uint64_t transient_retries = 0;  // EINTR, EAGAIN
-  uint64_t error_retries = 0;      // EIO and the like
-  int peak_requests_in_flight = 0;
-  int peak_operations_in_flight = 0;
-};
-
-struct FileInfo {
-  std::string path = "";
-  uint64_t size = 0;  // at open
-  bool direct = false;
-  bool registered = false;  // an io_uring fixed file
-};
-
-class ReadEngine {
+// One device's reads (the Reads interface, io/reads.h).
+class ReadEngine final : public Reads {
  public:
   static absl::StatusOr<std::unique_ptr<ReadEngine>> Create(const ReadEngineOptions& options);
   // Cancels what is queued, waits for what is in flight (buffers stay in use until then) and
   // delivers Cancelled to pending callbacks; undelivered queued results are dropped.
-  ~ReadEngine();
+  ~ReadEngine() override;
   ReadEngine(const ReadEngine&) = delete;
   ReadEngine& operator=(const ReadEngine&) = delete;
 
   // Opens a file for reading (O_DIRECT unless refused) and registers it with the ring.
   absl::StatusOr<FileId> OpenFile(const std::string& path);
-  FileInfo file(FileId id) const;
-
-  // Queues a read. Errors here are about the request itself (bad file, unaligned or short
-  // buffer, range past the end of the file at open): InvalidArgument or OutOfRange.
-  absl::StatusOr<ReadId> Submit(ReadRequest request);
-  // Submit + Wait: the requested bytes, or the error.
-  absl::StatusOr<std::span<uint8_t>> Read(ReadRequest request);
-
-  // Blocks until this request's result is available and claims it. NotFound for an unknown
-  // or already claimed id, InvalidArgument for a request with a callback.
-  ReadResult Wait(ReadId id);
-  // Claims the oldest unclaimed result, if any (results of requests with callbacks never
-  // appear here). Any thread.
-  std::optional<ReadResult> Poll();
-  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration());
-
-  // Drops a request that is no longer wanted (meant for prefetches; any priority works). A
-  // queued request completes at once with Cancelled; one in flight stops issuing chunks and
-  // completes with Cancelled when its in-flight chunks have landed. Returns false when the
-  // request had already completed (its result stands) or is unknown. Cancelled results of
-  // requests with callbacks are delivered on an engine thread, never inside this call.
-  bool Cancel(ReadId id);
-  // Cancels every prefetch not yet complete for which `filter(user_data)` holds (all when no
-  // filter is given), e.g. the guesses for a layer that has already run. Returns how many.
-  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr);
-
-  // Records every request submitted from now on that is then delivered OK, until TakeLog: the
-  // reads of a run, to replay them without the compute (io/read_replay.h; k3 bench's I/O floor).
-  void StartLog();
-  // The recorded reads, in submission order; recording stops.
-  std::vector<LoggedRead> TakeLog();
-
-  std::string_view backend_name() const;  // "io_uring" or "pread"
-  bool buffers_registered() const;
   const ReadEngineOptions& options() const;
-  EngineStats stats() const;
+
+  FileInfo file(FileId id) const override;
+  absl::StatusOr<ReadId> Submit(ReadRequest request) override;
+  ReadResult Wait(ReadId id) override;
+  std::optional<ReadResult> Poll() override;
+  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration()) override;
+  bool Cancel(ReadId id) override;
+  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr) override;
+  void StartLog() override;
+  std::vector<LoggedRead> TakeLog() override;
+  std::string_view backend_name() const override;
+  bool buffers_registered() const override;
+  ReadStats stats() const override;
 
   struct Impl;
 

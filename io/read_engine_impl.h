@@ -180,7 +180,7 @@ struct ReadEngine::Impl : public internal::ChunkSource {
   bool stopping ABSL_GUARDED_BY(mu) = false;
   bool timer_stop ABSL_GUARDED_BY(mu) = false;
   std::optional<StorageEmulator> emulator ABSL_GUARDED_BY(mu);
-  EngineStats stats ABSL_GUARDED_BY(mu);
+  ReadStats stats ABSL_GUARDED_BY(mu);
   bool logging ABSL_GUARDED_BY(mu) = false;
   std::vector<std::pair<ReadId, LoggedRead>> log ABSL_GUARDED_BY(mu);
 };

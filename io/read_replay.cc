@@ -10,7 +10,7 @@
 namespace k3::io {
 namespace {
 
-// The replay's read engine, buffers and open files: set up once, used by every replay.
+// The replay's read router, buffers and open files: set up once, used by every replay.
 class Replayer {
  public:
   static absl::StatusOr<Replayer> Create(const ReadLog& log, uint64_t max_buffer_bytes,
@@ -39,16 +39,16 @@ class Replayer {
     options.engine.notices = false;    // the run has said what its reads fell back to
     options.check = CopyCheck::kSize;  // and checked its copies
     options.on_warning = [](const std::string&) {};
-    auto engine = ReadRouter::Create(options);
-    if (!engine.ok()) return engine.status();
-    p.engine_ = *std::move(engine);
+    auto reads = ReadRouter::Create(options);
+    if (!reads.ok()) return reads.status();
+    p.reads_ = *std::move(reads);
     for (size_t i = 0; i < log.paths.size(); ++i) {
       if (log.paths[i].empty()) {  // an id the run did not use
         p.ids_.push_back(-1);
         continue;
       }
-      auto id = p.engine_->OpenFile(
-          log.paths[i], i < log.stripes.size() ? log.stripes[i] : std::vector<Extent>{});
+      auto id = p.reads_->OpenFile(log.paths[i],
+                                   i < log.stripes.size() ? log.stripes[i] : std::vector<Extent>{});
       if (!id.ok()) return id.status();
       p.ids_.push_back(*id);
     }
@@ -62,12 +62,12 @@ class Replayer {
     size_t next = 0;
     auto submit = [&](int slot) -> absl::Status {
       const LoggedRead& r = log_->reads[next++];
-      auto id = engine_->Submit({.file = ids_[r.file],
-                                 .offset = r.offset,
-                                 .length = r.length,
-                                 .buffer = arena_->Slice(slot * slot_bytes_, slot_bytes_),
-                                 .priority = Priority::kDemand,
-                                 .user_data = static_cast<uint64_t>(slot)});
+      auto id = reads_->Submit({.file = ids_[r.file],
+                                .offset = r.offset,
+                                .length = r.length,
+                                .buffer = arena_->Slice(slot * slot_bytes_, slot_bytes_),
+                                .priority = Priority::kDemand,
+                                .user_data = static_cast<uint64_t>(slot)});
       return id.status();
     };
     const auto start = std::chrono::steady_clock::now();
@@ -75,7 +75,7 @@ class Replayer {
       if (absl::Status s = submit(slot); !s.ok()) return s;
     }
     for (size_t done = 0; done < next;) {
-      std::optional<ReadResult> r = engine_->WaitAny();
+      std::optional<ReadResult> r = reads_->WaitAny();
       if (!r) continue;
       if (!r->status.ok()) return r->status;
       ++done;
@@ -87,7 +87,7 @@ class Replayer {
   }
 
   int slots() const { return slots_; }
-  std::vector<DeviceReport> devices() const { return engine_->devices(); }
+  std::vector<DeviceReport> devices() const { return reads_->devices(); }
 
  private:
   explicit Replayer(const ReadLog& log) : log_(&log) {}
@@ -96,7 +96,7 @@ class Replayer {
   uint64_t slot_bytes_ = 0;
   int slots_ = 0;
   std::unique_ptr<BufferArena> arena_;
-  std::unique_ptr<ReadRouter> engine_;  // declared after the arena: closed before it is freed
+  std::unique_ptr<ReadRouter> reads_;  // declared after the arena: closed before it is freed
   std::vector<FileId> ids_;
 };
 

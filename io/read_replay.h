@@ -52,7 +52,7 @@ using ReplayAgainFn = std::function<bool(const std::vector<double>& replay_secon
 // issued as a demand read: a prefetch of the run is bytes it had to read too, and the floor should
 // not be held back by the caps that keep guesses out of the way of demand reads.
 //
-// Only the reads are timed: the read engine, its buffers and the files are set up once before
+// Only the reads are timed: the read router, its buffers and the files are set up once before
 // the first replay, and one untimed read per buffer warms them (the first completions, the
 // backend's workers), so that no replay pays for a start the run paid for before its decode.
 // An empty log is not replayed (seconds 0, no replay times).

@@ -261,15 +261,6 @@ absl::StatusOr<ReadId> ReadRouter::Submit(ReadRequest request) {
   return id;
 }
 
-absl::StatusOr<std::span<uint8_t>> ReadRouter::Read(ReadRequest request) {
-  if (request.on_complete) return absl::InvalidArgumentError("Read() takes no callback");
-  auto id = Submit(std::move(request));
-  if (!id.ok()) return id.status();
-  ReadResult r = Wait(*id);
-  if (!r.status.ok()) return r.status;
-  return r.data;
-}
-
 ReadResult ReadRouter::Wait(ReadId id) {
   Impl& m = *impl_;
   AnnotatedMutexLock lock(&m.mu);
@@ -350,11 +341,11 @@ bool ReadRouter::buffers_registered() const {
 
 const ReadRouterOptions& ReadRouter::options() const { return impl_->options; }
 
-EngineStats ReadRouter::stats() const {
+ReadStats ReadRouter::stats() const {
   AnnotatedMutexLock lock(&impl_->mu);
-  EngineStats sum;
+  ReadStats sum;
   for (const auto& d : impl_->devices) {
-    const EngineStats s = d->engine->stats();
+    const ReadStats s = d->engine->stats();
     sum.completed += s.completed;
     sum.failed += s.failed;
     sum.cancelled += s.cancelled;
@@ -378,6 +369,21 @@ std::vector<DeviceReport> ReadRouter::devices() const {
   for (const auto& d : impl_->devices) {
     out.push_back(d->report);
     out.back().busy_seconds = d->busy_now(now);
+  }
+  return out;
+}
+
+std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
+                                       const std::vector<DeviceReport>& after) {
+  std::vector<DeviceReport> out = after;
+  for (DeviceReport& d : out) {
+    const auto was = std::find_if(before.begin(), before.end(),
+                                  [&](const DeviceReport& b) { return b.id == d.id; });
+    if (was == before.end()) continue;
+    d.bytes -= std::min(d.bytes, was->bytes);
+    d.reads -= std::min(d.reads, was->reads);
+    d.busy_seconds = std::max(0.0, d.busy_seconds - was->busy_seconds);
+    d.failovers -= std::min(d.failovers, was->failovers);
   }
   return out;
 }

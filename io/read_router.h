@@ -10,8 +10,8 @@
 // its own emulated storage profile counts as its own drive, whatever its inodes, so that tests
 // and benchmarks can emulate drives with hard links on one disk.
 //
-// The interface is the read engine's (io/read_engine.h) for files opened here; with one device
-// every read goes to it whole, as it would to the engine.
+// Reads as the read engine does (the Reads interface, io/reads.h) for files opened here; with one
+// device every read goes to it whole, as it would to the engine.
 #pragma once
 
 #include <cstdint>
@@ -28,25 +28,9 @@
 #include "absl/time/time.h"
 #include "io/read_engine.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 
 namespace k3::io {
-
-// One `--volume`: a directory holding copies of any of the checkpoint's files (same names), or a
-// striped layout's pieces.
-struct Volume {
-  std::string dir = "";
-  std::optional<StorageProfile> profile = std::nullopt;  // its own drive; else the default's
-};
-
-// "DIR" or "DIR@PROFILE", the profile as --storage-profile takes it (commas kept):
-// "/mnt/b/k3@bw=1000MB/s,lat=100us". InvalidArgument naming the spec.
-absl::StatusOr<Volume> ParseVolume(std::string_view spec);
-
-// The volumes of a list flag that the flag library has split at commas (and repeated flags
-// joined with them): a part that is a profile setting (lat=, bw=, iops=, qd=) continues the
-// profile of the volume before it, any other part starts a volume.
-// {"/a@bw=1GB/s", "lat=1ms", "/b"} is {"/a@bw=1GB/s,lat=1ms", "/b"}.
-std::vector<std::string> JoinVolumeParts(const std::vector<std::string>& parts);
 
 // Bytes [offset, offset + length) of a file are also at `at` in `path` (a striped piece). `at`
 // and `offset` are equal modulo 4096, so a read lands where it would from the file.
@@ -55,12 +39,6 @@ struct Extent {
   uint64_t length = 0;
   std::string path = "";
   uint64_t at = 0;
-};
-
-enum class CopyCheck {
-  kSize,     // the size only
-  kSampled,  // the size, the first 64 KiB and 16 samples of 4 KiB spread over the file
-  kFull,     // every byte (k3 inspect --verify-volumes)
 };
 
 struct ReadRouterOptions {
@@ -100,11 +78,12 @@ struct DeviceReport {
 std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
                                        const std::vector<DeviceReport>& after);
 
-class ReadRouter {
+// Several devices' reads (the Reads interface, io/reads.h).
+class ReadRouter final : public Reads {
  public:
   static absl::StatusOr<std::unique_ptr<ReadRouter>> Create(const ReadRouterOptions& options);
   // As the engine's: cancels what is queued, waits for what is in flight.
-  ~ReadRouter();
+  ~ReadRouter() override;
   ReadRouter(const ReadRouter&) = delete;
   ReadRouter& operator=(const ReadRouter&) = delete;
 
@@ -112,29 +91,27 @@ class ReadRouter {
   // options say; a copy that differs is refused with a warning naming it and never read), and
   // `stripes`, pieces of it held elsewhere (read instead of `path` for the ranges they hold).
   absl::StatusOr<FileId> OpenFile(const std::string& path, std::vector<Extent> stripes = {});
-  FileInfo file(FileId id) const;  // of `path` itself
+  FileInfo file(FileId id) const override;  // of `path` itself
   // The other places the file is read from (copies, then stripe files).
   std::vector<std::string> copies(FileId id) const;
   // The stripes it was opened with.
   std::vector<Extent> stripes(FileId id) const;
 
-  absl::StatusOr<ReadId> Submit(ReadRequest request);
-  absl::StatusOr<std::span<uint8_t>> Read(ReadRequest request);
-  ReadResult Wait(ReadId id);
-  std::optional<ReadResult> Poll();
-  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration());
-  bool Cancel(ReadId id);
-  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr);
-
-  // The reads asked of the router (not their parts), as the engine logs them.
-  void StartLog();
-  std::vector<LoggedRead> TakeLog();
-
-  std::string_view backend_name() const;
-  bool buffers_registered() const;
   const ReadRouterOptions& options() const;
-  EngineStats stats() const;  // summed over the devices (peaks: the largest)
   std::vector<DeviceReport> devices() const;
+
+  absl::StatusOr<ReadId> Submit(ReadRequest request) override;
+  ReadResult Wait(ReadId id) override;
+  std::optional<ReadResult> Poll() override;
+  std::optional<ReadResult> WaitAny(absl::Duration timeout = absl::InfiniteDuration()) override;
+  bool Cancel(ReadId id) override;
+  int CancelPrefetches(std::function<bool(uint64_t user_data)> filter = nullptr) override;
+  // The reads asked of the router (not their parts), as an engine logs them.
+  void StartLog() override;
+  std::vector<LoggedRead> TakeLog() override;
+  std::string_view backend_name() const override;
+  bool buffers_registered() const override;
+  ReadStats stats() const override;  // summed over the devices (peaks: the largest)
 
   struct Impl;
 
@@ -142,10 +119,5 @@ class ReadRouter {
   explicit ReadRouter(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Compares `copy` with `original` as `check` says: OK, or FailedPrecondition naming the copy and
-// what differs (size, or the first differing offset).
-absl::Status CheckCopy(const std::string& original, const std::string& copy, CopyCheck check,
-                       const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 }  // namespace k3::io

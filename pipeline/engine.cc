@@ -1,5 +1,5 @@
 // Engine::Open: wires the checkpoint, the memory plan, the pinned trunk, the expert cache, the
-// read engine, the streaming expert provider and the trunk streamer into a Model.
+// read router, the streaming expert provider and the trunk streamer into a Model.
 #include "pipeline/engine.h"
 
 #include <tbb/global_control.h>
@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 // Everything the engine owns, in the order it is built; destroyed users first (~Parts).
 struct Engine::Parts {
   ~Parts() {
-    // Order matters: the users of the read engine go first, the memory reads land in last.
+    // Order matters: the users of the reads go first, the memory reads land in last.
     model.reset();
     held.reset();
     streamer.reset();
@@ -175,10 +175,10 @@ nlohmann::json Engine::Settings() const {
           {"overlap", o.overlap},
           {"prefill_chunk", plan.prefill_chunk},
           {"max_context", plan.context},
-          {"storage_profile", o.storage_profile},
+          {"storage_profile", o.storage_profile.name},
           {"io_backend", std::string(parts_->side.reads->backend_name())},
           {"direct_io", o.direct_io},
-          {"volumes", o.volumes},
+          {"volumes", io::VolumeSpecs(o.volumes)},
           {"buffered_files", parts_->BufferedFiles()},
           {"ranks", parts_->ranked != nullptr ? parts_->ranked->partition().ranks() : 1}};
 }

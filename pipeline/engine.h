@@ -23,7 +23,6 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/model/model.h"
 #include "core/model/sequence_state.h"
-#include "io/fault_injection.h"
 #include "io/read_replay.h"
 #include "io/read_router.h"
 #include "nlohmann/json.hpp"
@@ -38,7 +37,7 @@ namespace k3 {
 class Engine {
  public:
   // Opens the checkpoint (and pack), plans memory (InvalidArgument below the minimum), loads
-  // the pinned trunk, sets up the cache and the read engine.
+  // the pinned trunk, sets up the cache and the read router.
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const EngineOptions& options);
   ~Engine();
 

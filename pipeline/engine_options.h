@@ -1,5 +1,7 @@
-// The options an engine is opened with (Engine::Open): where the checkpoint is, the memory
-// budget, the reads and the lookahead. Output is bit-identical at every setting.
+// What a run of the engine asks for: the model, the memory budget and every engine setting, as
+// typed values. The flags (and settings files) are parsed into these once, where they are read
+// (apps/engine_flags.cc); whatever opens the engine, or a rank's share of it, takes them as they
+// are.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,8 @@
 
 #include "io/fault_injection.h"
 #include "io/read_engine.h"
+#include "io/storage_profile.h"
+#include "io/volume.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/run_plan.h"
 
@@ -39,10 +43,11 @@ struct EngineOptions {
   int threads = 0;                     // compute threads (0 = one per core)
   bool overlap = true;       // false: the serial baseline (read a layer's experts, then compute)
   std::string cache_policy;  // empty: the default policy
-  std::string storage_profile = "direct";
-  // Directories holding copies of the checkpoint's files, or a striped layout's pieces, each
-  // "DIR" or "DIR@PROFILE" (io/read_router.h): reads spread over every drive they are on.
-  std::vector<std::string> volumes;
+  // The drive the model's directory is on, and every volume without a profile of its own.
+  io::StorageProfile storage_profile = {};
+  // Directories holding copies of the checkpoint's files, or a striped layout's pieces
+  // (io/volume.h): reads spread over every drive they are on.
+  std::vector<io::Volume> volumes;
   // Compare every byte of the volumes' copies when opening (k3 inspect --verify-volumes)
   // rather than samples.
   bool verify_volumes = false;

@@ -41,7 +41,7 @@ void StreamingExpertProvider::CancelStalePrefetches(int64_t layer) {
       if (p.prefetch && !p.demanded && key.layer < layer && p.id != 0) stale.push_back(p.id);
     }
   }
-  for (io::ReadId id : stale) engine_.Cancel(id);
+  for (io::ReadId id : stale) reads_.Cancel(id);
 }
 
 void StreamingExpertProvider::TryPrefetch(const ExpertKey& key) {

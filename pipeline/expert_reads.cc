@@ -22,26 +22,20 @@ absl::StatusOr<ExpertReads> OpenExpertReads(const Checkpoint& ckpt, const Engine
                                      *std::move(policy));
   if (!created.ok()) return created.status();
   out.cache = *std::move(created);
-  auto profile = io::ParseStorageProfile(options.storage_profile);
-  if (!profile.ok()) return profile.status();
   io::ReadRouterOptions io_options;
   io_options.engine.queue_depth = options.queue_depth;
   io_options.engine.direct = options.direct_io;
-  io_options.engine.profile = *profile;
+  io_options.engine.profile = options.storage_profile;
   io_options.engine.arena = out.cache->arena();
   io_options.engine.faults = options.faults;
   io_options.check = options.verify_volumes ? io::CopyCheck::kFull : io::CopyCheck::kSampled;
-  for (const std::string& spec : options.volumes) {
-    auto volume = io::ParseVolume(spec);
-    if (!volume.ok()) return volume.status();
-    io_options.volumes.push_back(*std::move(volume));
-  }
-  auto engine = io::ReadRouter::Create(io_options);
-  if (!engine.ok()) return engine.status();
-  out.reads = *std::move(engine);
+  io_options.volumes = options.volumes;
+  auto reads = io::ReadRouter::Create(io_options);
+  if (!reads.ok()) return reads.status();
+  out.reads = *std::move(reads);
   // The pieces of a striped layout (k3 stripe) in the volumes, by the shard they belong to.
   std::vector<std::string> dirs;
-  for (const io::Volume& v : io_options.volumes) dirs.push_back(v.dir);
+  for (const io::Volume& v : options.volumes) dirs.push_back(v.dir);
   auto striped = options.verify_volumes ? VerifyStripes(ckpt, dirs) : absl::OkStatus();
   if (!striped.ok()) return striped;
   auto pieces = LoadStripes(ckpt, dirs);

@@ -1,4 +1,4 @@
-// The expert side of a run: the expert cache, the read engine over the checkpoint's shards (and
+// The expert side of a run: the expert cache, the read router over the checkpoint's shards (and
 // its volumes and stripes) and the streaming provider over them, as the engine opens it and as
 // a rank of expert parallelism opens it for the experts it owns (pipeline/ranks/worker.cc).
 #pragma once
@@ -37,7 +37,7 @@ struct ExpertReads {
   std::unique_ptr<StreamingExpertProvider> provider;  // once StreamExperts ran
 };
 
-// The cache the plan sizes under the options' policy, and the read engine with the options'
+// The cache the plan sizes under the options' policy, and the read router with the options'
 // queue depth, profile, volumes and stripes, every shard open.
 absl::StatusOr<ExpertReads> OpenExpertReads(const Checkpoint& ckpt, const EngineOptions& options,
                                             const RunPlan& run);

@@ -20,13 +20,13 @@ constexpr absl::Duration kSlotWait = absl::Seconds(60);
 }  // namespace
 
 StreamingExpertProvider::StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk,
-                                                 ExpertCache& cache, io::ReadRouter& engine,
+                                                 ExpertCache& cache, io::Reads& reads,
                                                  std::vector<io::FileId> files, BusyClock& disk,
                                                  const ExpertStreamOptions& options)
     : ckpt_(ckpt),
       trunk_(trunk),
       cache_(cache),
-      engine_(engine),
+      reads_(reads),
       files_(std::move(files)),
       disk_(disk),
       options_(options) {
@@ -35,7 +35,7 @@ StreamingExpertProvider::StreamingExpertProvider(const Checkpoint& ckpt, const T
 }
 
 StreamingExpertProvider::~StreamingExpertProvider() {
-  engine_.CancelPrefetches();
+  reads_.CancelPrefetches();
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return pending_.empty(); });
   ReleaseGuardsLocked(kAllLayers);
@@ -83,7 +83,7 @@ void StreamingExpertProvider::SubmitRead(const ExpertKey& key, std::span<uint8_t
       .user_data = 0,
       .on_complete = [this, key](io::ReadResult r) { OnRead(key, std::move(r)); }};
   disk_.Start();
-  auto id = engine_.Submit(std::move(request));
+  auto id = reads_.Submit(std::move(request));
   if (id.ok()) {
     p.id = *id;
     return;
@@ -234,7 +234,7 @@ void StreamingExpertProvider::Demand(size_t i) {
       std::lock_guard<std::mutex> lock(mu_);
       ReleaseGuardsLocked(kAllLayers);
     }
-    engine_.CancelPrefetches();
+    reads_.CancelPrefetches();
     CacheRequest wait = now;
     wait.wait_for_slot = kSlotWait;
     grant = cache_.Request(key, wait);

@@ -40,7 +40,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/model/expert_provider.h"
 #include "core/model/weights.h"
-#include "io/read_router.h"
+#include "io/reads.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/cache/expert_cache.h"
 #include "pipeline/step_metrics.h"
@@ -57,10 +57,10 @@ struct ExpertStreamOptions {
 
 class StreamingExpertProvider : public ExpertProvider {
  public:
-  // `trunk` supplies every layer's router (resident whatever the plan); `files` are the read
-  // engine's ids of the checkpoint's shards, in shard order; `disk` is told about every read.
+  // `trunk` supplies every layer's router (resident whatever the plan); `files` are the reads'
+  // ids of the checkpoint's shards, in shard order; `disk` is told about every read.
   StreamingExpertProvider(const Checkpoint& ckpt, const TrunkWeights& trunk, ExpertCache& cache,
-                          io::ReadRouter& engine, std::vector<io::FileId> files, BusyClock& disk,
+                          io::Reads& reads, std::vector<io::FileId> files, BusyClock& disk,
                           const ExpertStreamOptions& options);
   // Cancels prefetches and waits for every read still landing in a cache slot.
   ~StreamingExpertProvider() override;
@@ -148,7 +148,7 @@ class StreamingExpertProvider : public ExpertProvider {
   const Checkpoint& ckpt_;
   const TrunkWeights& trunk_;
   ExpertCache& cache_;
-  io::ReadRouter& engine_;
+  io::Reads& reads_;
   const std::vector<io::FileId> files_;
   BusyClock& disk_;
   const ExpertStreamOptions options_;

@@ -13,7 +13,7 @@ uint64_t HeldTrunk::MemoryFor(const PackedTensor& packed) {
 }
 
 absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
-    const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadRouter& engine,
+    const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::Reads& reads,
     io::FileId pack_file, const std::function<void(uint64_t, uint64_t)>& progress) {
   std::unique_ptr<HeldTrunk> h(new HeldTrunk());
   h->pack_path_ = pack.pack_path();
@@ -38,24 +38,24 @@ absl::StatusOr<std::unique_ptr<HeldTrunk>> HeldTrunk::Load(
   auto arena = io::BufferArena::Create(memory);
   if (!arena.ok()) return arena.status();
   h->arena_ = *std::move(arena);
-  // Every read at once (the engine keeps the queue depth), then each waited for in turn.
-  std::vector<io::ReadId> reads;
+  // Every read at once (the io layer keeps the queue depth), then each waited for in turn.
+  std::vector<io::ReadId> ids;
   uint64_t at = 0;
   for (const Held& held : h->held_) {
     const uint64_t need = MemoryFor(*held.packed);
-    auto id = engine.Submit({.file = pack_file,
-                             .offset = held.offset,
-                             .length = held.length,
-                             .buffer = h->arena_->Slice(at, need),
-                             .priority = io::Priority::kDemand});
+    auto id = reads.Submit({.file = pack_file,
+                            .offset = held.offset,
+                            .length = held.length,
+                            .buffer = h->arena_->Slice(at, need),
+                            .priority = io::Priority::kDemand});
     if (!id.ok()) return id.status();
-    reads.push_back(*id);
+    ids.push_back(*id);
     at += need;
   }
   absl::Status status;
   uint64_t done = 0;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    io::ReadResult r = engine.Wait(reads[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    io::ReadResult r = reads.Wait(ids[i]);
     if (!r.status.ok()) {
       if (status.ok()) status = r.status;
       continue;

@@ -23,7 +23,7 @@
 #include "core/checkpoint/trunk_pack.h"
 #include "core/model/weights.h"
 #include "io/aligned_buffer.h"
-#include "io/read_router.h"
+#include "io/reads.h"
 #include "pipeline/step_metrics.h"
 
 namespace k3 {
@@ -33,7 +33,7 @@ class HeldTrunk : public PieceSource {
   // Reads the stored blocks of `tensors` (each compressed in `pack`) from the pack file into
   // memory, one O_DIRECT read per tensor; `progress(done, total)` in bytes after each.
   static absl::StatusOr<std::unique_ptr<HeldTrunk>> Load(
-      const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::ReadRouter& engine,
+      const TrunkPack& pack, const std::vector<const TensorInfo*>& tensors, io::Reads& reads,
       io::FileId pack_file, const std::function<void(uint64_t, uint64_t)>& progress);
   // The memory holding a compressed matrix takes (the memory plan counts it so).
   static uint64_t MemoryFor(const PackedTensor& packed);

@@ -37,17 +37,6 @@
 
 namespace k3 {
 
-// What identifies the states a checkpoint produces, as 32 hex digits (XXH3-128): the config's
-// Fingerprint(), each shard's file name, size and safetensors header, 4 KiB of tensor bytes at
-// each end of its data section (two checkpoints of one config with other weights differ there),
-// the tokenizer files, the state's dtype and kPromptCacheVersion. Reads only those bytes.
-absl::StatusOr<std::string> PromptCacheFingerprint(const Checkpoint& ckpt);
-
-// The name (without the suffix) of the file that holds the state after `tokens`: 32 hex digits
-// of a seedless hash chain, h0 = XXH3-128(fingerprint), h_i = XXH3-128(h_{i-1}, block i), over
-// blocks of kPromptCacheBlockTokens tokens, the last one partial. The same in every process.
-std::string PromptCacheKey(std::string_view fingerprint, std::span<const int32_t> tokens);
-
 struct PromptCacheOptions {
   // The root; the files live under dir/<fingerprint>/v<version>/. Empty: memory only.
   std::string dir = "";

@@ -14,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint/safetensors.h"
-#include "pipeline/prompt_cache.h"
 
 namespace k3 {
 namespace {

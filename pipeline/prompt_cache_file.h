@@ -1,5 +1,6 @@
-// One file of the prompt cache (pipeline/prompt_cache.h): a whole sequence state with the
-// tokens it follows, checked end to end. Format version 1, integers little-endian:
+// One file of the prompt cache (pipeline/prompt_cache.h), and the fingerprint and key that name
+// it. The file: a whole sequence state with the tokens it follows, checked end to end. Format
+// version 1, integers little-endian:
 //
 //   offset   bytes  field
 //   0        8      magic "K3PCACHE"
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/config.h"
 #include "core/model/sequence_state.h"
 #include "io/file.h"
@@ -54,6 +56,17 @@ struct PromptCacheHeader {
   uint64_t payload_bytes = 0;
   uint64_t file_bytes() const { return header_bytes + payload_bytes + 8; }
 };
+
+// What identifies the states a checkpoint produces, as 32 hex digits (XXH3-128): the config's
+// Fingerprint(), each shard's file name, size and safetensors header, 4 KiB of tensor bytes at
+// each end of its data section (two checkpoints of one config with other weights differ there),
+// the tokenizer files, the state's dtype and kPromptCacheVersion. Reads only those bytes.
+absl::StatusOr<std::string> PromptCacheFingerprint(const Checkpoint& ckpt);
+
+// The name (without the suffix) of the file that holds the state after `tokens`: 32 hex digits
+// of a seedless hash chain, h0 = XXH3-128(fingerprint), h_i = XXH3-128(h_{i-1}, block i), over
+// blocks of kPromptCacheBlockTokens tokens, the last one partial. The same in every process.
+std::string PromptCacheKey(std::string_view fingerprint, std::span<const int32_t> tokens);
 
 // The bytes of the cache file of `state`.
 uint64_t PromptCacheFileBytes(std::string_view fingerprint, const SequenceState& state);

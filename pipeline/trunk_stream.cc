@@ -29,9 +29,9 @@ void WidenRow(DType dtype, const uint8_t* row, std::span<float> out) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrunkStreamer>> TrunkStreamer::Create(
-    const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadRouter& engine,
+    const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::Reads& reads,
     std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk) {
-  std::unique_ptr<TrunkStreamer> s(new TrunkStreamer(ckpt, engine, std::move(shard_files), disk));
+  std::unique_ptr<TrunkStreamer> s(new TrunkStreamer(ckpt, reads, std::move(shard_files), disk));
   const ModelConfig& c = ckpt.config();
   const TrunkResidency residency = plan.residency();
   absl::flat_hash_map<std::string, TensorSpec> specs;
@@ -188,7 +188,7 @@ void TrunkStreamer::StartRead(Slot& slot, int64_t piece) {
       .on_complete = [this, &slot](io::ReadResult r) { OnRead(slot, std::move(r)); }};
   ++reads_in_flight_;
   disk_.Start();
-  if (auto id = engine_.Submit(std::move(req)); !id.ok()) {
+  if (auto id = reads_.Submit(std::move(req)); !id.ok()) {
     --reads_in_flight_;
     disk_.Stop();
     slot.status = id.status();
@@ -420,12 +420,12 @@ absl::Status TrunkStreamer::ReadEmbeddingRows(std::span<const int32_t> ids, std:
   const uint64_t row_bytes = t.byte_size / t.shape[0];
   const uint64_t stride = io::AlignUp(row_bytes) + io::kDirectAlignment;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<io::ReadId> reads;
+  std::vector<io::ReadId> read_ids;
   absl::Status status;
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint64_t offset = t.file_offset + static_cast<uint64_t>(ids[i]) * row_bytes;
     disk_.Start();
-    auto id = engine_.Submit(
+    auto id = reads_.Submit(
         {.file = shard_files_[t.shard],
          .offset = offset,
          .length = row_bytes,
@@ -436,10 +436,10 @@ absl::Status TrunkStreamer::ReadEmbeddingRows(std::span<const int32_t> ids, std:
       status = id.status();
       break;
     }
-    reads.push_back(*id);
+    read_ids.push_back(*id);
   }
-  for (size_t i = 0; i < reads.size(); ++i) {
-    io::ReadResult r = engine_.Wait(reads[i]);
+  for (size_t i = 0; i < read_ids.size(); ++i) {
+    io::ReadResult r = reads_.Wait(read_ids[i]);
     disk_.Stop();
     if (!r.status.ok()) {
       if (status.ok()) status = r.status;

@@ -29,7 +29,7 @@
 #include "core/model/model.h"
 #include "core/model/weights.h"
 #include "io/aligned_buffer.h"
-#include "io/read_router.h"
+#include "io/reads.h"
 #include "pipeline/busy_clock.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/step_metrics.h"
@@ -38,10 +38,10 @@ namespace k3 {
 
 class TrunkStreamer : public LayerSource, public PieceSource {
  public:
-  // The pieces of what `plan` streams; `pack` may be null; `shard_files` are the read engine's
+  // The pieces of what `plan` streams; `pack` may be null; `shard_files` are the reads'
   // ids of the shards, `pack_file` of the pack (or -1). Reads of the first pieces start at once.
   static absl::StatusOr<std::unique_ptr<TrunkStreamer>> Create(
-      const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::ReadRouter& engine,
+      const Checkpoint& ckpt, const MemoryPlan& plan, const TrunkPack* pack, io::Reads& reads,
       std::vector<io::FileId> shard_files, io::FileId pack_file, BusyClock& disk);
   // Waits for reads still landing in the ring.
   ~TrunkStreamer() override;
@@ -96,9 +96,9 @@ class TrunkStreamer : public LayerSource, public PieceSource {
     std::span<uint8_t> decoded;     // a compressed piece used whole: its decode buffer
   };
 
-  TrunkStreamer(const Checkpoint& ckpt, io::ReadRouter& engine, std::vector<io::FileId> shard_files,
+  TrunkStreamer(const Checkpoint& ckpt, io::Reads& reads, std::vector<io::FileId> shard_files,
                 BusyClock& disk)
-      : ckpt_(ckpt), engine_(engine), shard_files_(std::move(shard_files)), disk_(disk) {}
+      : ckpt_(ckpt), reads_(reads), shard_files_(std::move(shard_files)), disk_(disk) {}
 
   void AddPieces(const TensorInfo& t, bool whole, uint64_t piece_bytes, const TrunkPack* pack,
                  io::FileId pack_file);
@@ -117,7 +117,7 @@ class TrunkStreamer : public LayerSource, public PieceSource {
   absl::Status ReadEmbeddingRows(std::span<const int32_t> ids, std::span<float> out);
 
   const Checkpoint& ckpt_;
-  io::ReadRouter& engine_;
+  io::Reads& reads_;
   const std::vector<io::FileId> shard_files_;
   BusyClock& disk_;
   const TrunkWeights* trunk_ = nullptr;

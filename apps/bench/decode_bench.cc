@@ -87,7 +87,7 @@ absl::Status RunCombination(const DecodeSettings& s, const EngineOptions& option
 
 // The raw cells of one volume with a set of --volume directories, then its engine runs over
 // profile x depth x distance.
-absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<std::string>& volumes,
+absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<io::Volume>& volumes,
                        const std::vector<int32_t>& prompt, std::mt19937_64& rng, Progress& progress,
                        std::vector<Row>* raw_rows, std::vector<DecodeRow>* rows,
                        EngineSetup* setup) {
@@ -98,7 +98,7 @@ absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<std
     for (int depth : s.raw.depths) {
       for (int distance : s.distances) {
         DecodeRow row{.volume = v.dir,
-                      .volume_flags = volumes,
+                      .volume_flags = io::VolumeSpecs(volumes),
                       .profile = profile.name,
                       .queue_depth = depth,
                       .prefetch_distance = distance};
@@ -106,7 +106,7 @@ absl::Status RunVolume(const DecodeSettings& s, Volume& v, const std::vector<std
         EngineOptions o = s.base;
         o.model_dir = v.dir;
         o.volumes = volumes;
-        o.storage_profile = profile.name;
+        o.storage_profile = profile;
         o.queue_depth = depth;
         o.prefetch_distance = distance;
         absl::Status st = RunCombination(s, o, prompt, progress, &row);
@@ -189,7 +189,7 @@ int RunDecode(const std::vector<std::string>& dirs) {
   }
   InstallInterruptHandler();
   std::mt19937_64 rng(std::random_device{}());
-  const std::vector<std::vector<std::string>> sets = VolumeSets(settings->raw);
+  const std::vector<std::vector<io::Volume>> sets = VolumeSets(settings->raw);
   Progress progress{
       .total = static_cast<int>(dirs.size() * sets.size() * settings->raw.profiles.size() *
                                 settings->raw.depths.size() * settings->distances.size()),

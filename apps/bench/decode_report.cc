@@ -157,7 +157,7 @@ nlohmann::json DecodeSettingsJson(const DecodeSettings& s,
           {"seed", s.seed},
           {"prompt_ids", prompts},  // one list per volume
           {"storage_profiles", profiles},
-          {"volumes", s.raw.volumes},  // --volume, as given
+          {"volumes", io::VolumeSpecs(s.raw.volumes)},  // --volume, as given
           {"sweep_volumes", s.raw.sweep_volumes},
           {"queue_depths", s.raw.depths},
           {"prefetch_distances", s.distances},

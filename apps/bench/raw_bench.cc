@@ -33,9 +33,9 @@ struct Measurement {
 // Reads `order` (whole experts) keeping `depth` experts in flight, one buffer slot each.
 class RawRun {
  public:
-  RawRun(io::ReadRouter& engine, const std::vector<io::FileId>& shard_ids,
-         const io::BufferArena& arena, uint64_t slot_bytes)
-      : engine_(engine), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
+  RawRun(io::Reads& reads, const std::vector<io::FileId>& shard_ids, const io::BufferArena& arena,
+         uint64_t slot_bytes)
+      : reads_(reads), shard_ids_(shard_ids), arena_(arena), slot_bytes_(slot_bytes) {}
 
   absl::StatusOr<Measurement> Run(const std::vector<const ExpertLocation*>& order, int depth) {
     order_ = &order;
@@ -47,7 +47,7 @@ class RawRun {
       if (absl::Status s = SubmitNext(slot); !s.ok()) return s;
     }
     while (m.experts < static_cast<int>(order.size())) {
-      std::optional<io::ReadResult> r = engine_.WaitAny();
+      std::optional<io::ReadResult> r = reads_.WaitAny();
       if (!r) continue;
       if (!r->status.ok()) return r->status;
       const int slot = static_cast<int>(r->user_data);
@@ -78,13 +78,13 @@ class RawRun {
       req.user_data = static_cast<uint64_t>(slot);
       pos += need;
       ++pending_[slot];
-      auto id = engine_.Submit(std::move(req));
+      auto id = reads_.Submit(std::move(req));
       if (!id.ok()) return id.status();
     }
     return absl::OkStatus();
   }
 
-  io::ReadRouter& engine_;
+  io::Reads& reads_;
   const std::vector<io::FileId>& shard_ids_;
   const io::BufferArena& arena_;
   uint64_t slot_bytes_;
@@ -217,7 +217,7 @@ void WarnOnce(const std::string& text) {
 // A read router with one engine per drive: the files' own (at `profile`) and the volumes'.
 absl::StatusOr<std::unique_ptr<io::ReadRouter>> MakeRouter(uint64_t chunk_bytes,
                                                            const io::StorageProfile& profile,
-                                                           const std::vector<std::string>& volumes,
+                                                           const std::vector<io::Volume>& volumes,
                                                            int depth,
                                                            const io::BufferArena& arena) {
   io::ReadRouterOptions o;
@@ -227,11 +227,7 @@ absl::StatusOr<std::unique_ptr<io::ReadRouter>> MakeRouter(uint64_t chunk_bytes,
   // A refused O_DIRECT is reported once per volume (NoteDirect), not per file.
   o.engine.notices = false;
   if (chunk_bytes > 0) o.engine.chunk_bytes = chunk_bytes;
-  for (const std::string& spec : volumes) {
-    auto v = io::ParseVolume(spec);
-    if (!v.ok()) return v.status();
-    o.volumes.push_back(*std::move(v));
-  }
+  o.volumes = volumes;
   o.on_warning = WarnOnce;
   return io::ReadRouter::Create(o);
 }
@@ -250,23 +246,23 @@ void NoteDirect(const io::FileInfo& file, Volume& v) {
 // Runs one (volume, volumes, profile, depth) cell: `repeat` k3 runs, each followed by a fio run
 // of the same size when fio applies (the model's directory alone), so that both see the same
 // noise.
-absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfile& profile,
-                         int depth, const io::BufferArena& arena, std::mt19937_64& rng, Row* row,
-                         EngineSetup* setup) {
-  auto engine = MakeRouter(s.chunk_bytes, profile, row->volume_flags, depth, arena);
-  if (!engine.ok()) return engine.status();
-  setup->backend = std::string((*engine)->backend_name());
-  setup->registered = (*engine)->buffers_registered();
+absl::Status MeasureCell(const RawSettings& s, Volume& v, const std::vector<io::Volume>& volumes,
+                         const io::StorageProfile& profile, int depth, const io::BufferArena& arena,
+                         std::mt19937_64& rng, Row* row, EngineSetup* setup) {
+  auto reads = MakeRouter(s.chunk_bytes, profile, volumes, depth, arena);
+  if (!reads.ok()) return reads.status();
+  setup->backend = std::string((*reads)->backend_name());
+  setup->registered = (*reads)->buffers_registered();
   setup->pages = io::PageKindName(arena.page_kind());
-  setup->chunk_bytes = (*engine)->options().engine.chunk_bytes;
+  setup->chunk_bytes = (*reads)->options().engine.chunk_bytes;
   std::vector<io::FileId> shard_ids;
   for (const std::string& path : v.checkpoint->shard_paths()) {
-    auto id = (*engine)->OpenFile(path);
+    auto id = (*reads)->OpenFile(path);
     if (!id.ok()) return id.status();
-    NoteDirect((*engine)->file(*id), v);
+    NoteDirect((*reads)->file(*id), v);
     shard_ids.push_back(*id);
   }
-  RawRun run(**engine, shard_ids, arena, v.slot_bytes);
+  RawRun run(**reads, shard_ids, arena, v.slot_bytes);
   const int count = std::min<int>(s.reads, static_cast<int>(v.experts.size()));
   const bool with_fio = s.fio && !profile.emulated() && row->volume_flags.empty() && FioAvailable();
   for (int rep = 0; rep < s.repeat; ++rep) {
@@ -291,7 +287,7 @@ absl::Status MeasureCell(const RawSettings& s, Volume& v, const io::StorageProfi
                    fio ? absl::StrFormat(" (fio %.2f GB/s)", *fio / 1e9).c_str() : "");
     }
   }
-  row->devices = (*engine)->devices();
+  row->devices = (*reads)->devices();
   row->drives = static_cast<int>(row->devices.size());
   return absl::OkStatus();
 }
@@ -377,14 +373,9 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   auto depths = ParseDepths(absl::GetFlag(FLAGS_queue_depth));
   if (!depths.ok()) return depths.status();
   s.depths = *depths;
-  std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
-  if (profile_flags.empty()) profile_flags = {"direct"};
-  auto profiles = io::ParseStorageProfileList(profile_flags);
-  if (!profiles.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--storage-profile: ", std::string(profiles.status().message())));
-  }
-  s.profiles = *profiles;
+  auto profiles = StorageProfilesFromFlags();
+  if (!profiles.ok()) return profiles.status();
+  s.profiles = *std::move(profiles);
   s.repeat = absl::GetFlag(FLAGS_repeat);
   s.reads = absl::GetFlag(FLAGS_reads);
   if (s.repeat < 1) return absl::InvalidArgumentError("--repeat must be at least 1");
@@ -397,7 +388,7 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   s.fio = absl::GetFlag(FLAGS_fio);
   s.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   s.quiet = absl::GetFlag(FLAGS_quiet);
-  auto volumes = VolumeSpecsFromFlags();
+  auto volumes = VolumesFromFlags();
   if (!volumes.ok()) return volumes.status();
   s.volumes = *std::move(volumes);
   s.sweep_volumes = absl::GetFlag(FLAGS_sweep_volumes);
@@ -407,9 +398,9 @@ absl::StatusOr<RawSettings> ReadRawSettings() {
   return s;
 }
 
-std::vector<std::vector<std::string>> VolumeSets(const RawSettings& s) {
+std::vector<std::vector<io::Volume>> VolumeSets(const RawSettings& s) {
   if (!s.sweep_volumes) return {s.volumes};
-  std::vector<std::vector<std::string>> sets;
+  std::vector<std::vector<io::Volume>> sets;
   for (size_t n = 0; n <= s.volumes.size(); ++n) {
     sets.emplace_back(s.volumes.begin(), s.volumes.begin() + static_cast<ptrdiff_t>(n));
   }
@@ -439,7 +430,7 @@ absl::Status WriteOutputs(const std::vector<Row>& rows, const std::vector<Volume
 }  // namespace
 
 // Every (profile, depth) cell of one volume, with one buffer arena for all of them.
-absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<std::string>& volumes,
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<io::Volume>& volumes,
                            std::mt19937_64& rng, std::vector<Row>* rows, EngineSetup* setup) {
   const int max_depth = *std::max_element(s.depths.begin(), s.depths.end());
   io::BufferArena::Options arena_options;
@@ -449,10 +440,12 @@ absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<st
   if (!arena.ok()) return arena.status();
   for (const io::StorageProfile& profile : s.profiles) {
     for (int depth : s.depths) {
-      Row row{
-          .volume = v.dir, .volume_flags = volumes, .profile = profile.name, .queue_depth = depth};
+      Row row{.volume = v.dir,
+              .volume_flags = io::VolumeSpecs(volumes),
+              .profile = profile.name,
+              .queue_depth = depth};
       row.mb_per_request = static_cast<double>(v.expert_bytes) / 1e6;
-      absl::Status st = MeasureCell(s, v, profile, depth, **arena, rng, &row, setup);
+      absl::Status st = MeasureCell(s, v, volumes, profile, depth, **arena, rng, &row, setup);
       if (!st.ok()) return st;
       rows->push_back(std::move(row));
     }
@@ -517,7 +510,7 @@ int RunRaw(const std::vector<std::string>& dirs) {
   std::vector<Row> rows;
   EngineSetup setup;
   for (Volume& v : volumes) {
-    for (const std::vector<std::string>& set : VolumeSets(*settings)) {
+    for (const std::vector<io::Volume>& set : VolumeSets(*settings)) {
       if (absl::Status st = MeasureVolume(*settings, v, set, rng, &rows, &setup); !st.ok()) {
         return ReportError(kName, st);
       }

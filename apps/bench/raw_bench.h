@@ -17,6 +17,7 @@
 #include "core/util/median.h"  // the medians of a Row (and of the decode benchmark's runs)
 #include "io/read_router.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::cli::bench {
@@ -69,13 +70,13 @@ struct RawSettings {
   bool fio = true;
   bool huge_pages = true;
   bool quiet = false;
-  std::vector<std::string> volumes;  // --volume, as given
-  bool sweep_volumes = false;        // rows with the first 0, 1, ... N of them
+  std::vector<io::Volume> volumes;  // --volume
+  bool sweep_volumes = false;       // rows with the first 0, 1, ... N of them
 };
 
 // The --volume sets the rows read with: every volume, or with --sweep-volumes none, the first,
 // the first two, ... all of them.
-std::vector<std::vector<std::string>> VolumeSets(const RawSettings& s);
+std::vector<std::vector<io::Volume>> VolumeSets(const RawSettings& s);
 // " +2 volumes" for progress lines and labels; "" without --volume.
 std::string VolumesLabel(const std::vector<std::string>& volume_flags);
 
@@ -84,7 +85,7 @@ absl::StatusOr<Volume> LoadVolume(const std::string& dir);
 absl::StatusOr<RawSettings> ReadRawSettings();
 // Every (profile, depth) cell of one volume read with the --volume directories `volumes` (a
 // ReadRouter over their drives), appended to `rows`.
-absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<std::string>& volumes,
+absl::Status MeasureVolume(const RawSettings& s, Volume& v, const std::vector<io::Volume>& volumes,
                            std::mt19937_64& rng, std::vector<Row>* rows, EngineSetup* setup);
 
 // One drive's rate at each of `depths`: GB/s, the median of `repeat` runs of `reads` random whole

@@ -193,9 +193,9 @@ void ReportDrive(Findings& f, const Drive& d, std::optional<absl::StatusOr<ReadR
 // With --volume: every drive the engine reads the model from (a file system, or a volume with
 // a profile of its own), its read rate, and what each of its directories holds of the model's
 // files; a copy that differs from the model's is named (the engine refuses it).
-void CheckDrives(Findings& f, const Checkpoint& ckpt, const std::vector<std::string>& specs,
+void CheckDrives(Findings& f, const Checkpoint& ckpt, const std::vector<io::Volume>& volumes,
                  const std::optional<absl::StatusOr<ReadRate>>& model_rate) {
-  auto drives = FindDrives(ckpt, specs, io::StorageProfile{});
+  auto drives = FindDrives(ckpt, volumes, io::StorageProfile{});
   if (!drives.ok()) {
     f.Add("drives", Level::kFail, std::string(drives.status().message()));
     return;
@@ -326,7 +326,7 @@ int RunDoctor(const std::vector<std::string>& positional) {
         kDoctorName, absl::NotFoundError(absl::StrCat(
                          "--model ", model, ": no config.json there (is it a model directory?)")));
   }
-  auto volumes = VolumeSpecsFromFlags();
+  auto volumes = VolumesFromFlags();
   if (!volumes.ok()) return ReportError(kDoctorName, volumes.status());
   if (!volumes->empty() && model.empty()) {
     return UsageError(kDoctorName,

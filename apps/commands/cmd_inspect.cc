@@ -8,14 +8,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/commands/commands.h"
+#include "apps/options/engine_flags.h"
 #include "apps/options/flags.h"
 #include "apps/reports/disk_rate.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/stripe.h"
 #include "core/util/progress.h"
 #include "io/file.h"
-#include "io/read_router.h"
-#include "pipeline/engine.h"
+#include "io/volume.h"
+#include "pipeline/engine_options.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/run_plan.h"
 
@@ -163,24 +164,18 @@ void PrintPresets(const Checkpoint& ckpt) {
 
 // The volumes' copies of the model's files, and any stripes in them: listed, and with
 // --verify-volumes compared byte for byte (stripes: every checksum). False when one differs.
-bool InspectVolumes(const Checkpoint& ckpt) {
-  const std::vector<std::string> specs = io::JoinVolumeParts(absl::GetFlag(FLAGS_volume));
-  if (specs.empty()) return true;
+bool InspectVolumes(const Checkpoint& ckpt, const std::vector<io::Volume>& volumes) {
+  if (volumes.empty()) return true;
   const bool full = absl::GetFlag(FLAGS_verify_volumes);
   bool ok = true;
   std::vector<std::string> dirs;
   std::printf("\n%-40s %7s %s\n", "volume", "copies",
               full ? "every byte" : "size, header, samples");
-  for (const std::string& spec : specs) {
-    auto volume = io::ParseVolume(spec);
-    if (!volume.ok()) {
-      std::fprintf(stderr, "k3 inspect: %s\n", std::string(volume.status().message()).c_str());
-      return false;
-    }
-    dirs.push_back(volume->dir);
+  for (const io::Volume& volume : volumes) {
+    dirs.push_back(volume.dir);
     int copies = 0, bad = 0;
     for (const std::string& path : ckpt.shard_paths()) {
-      const std::string copy = volume->dir + path.substr(path.rfind('/'));
+      const std::string copy = volume.dir + path.substr(path.rfind('/'));
       if (!io::FileExists(copy)) continue;
       ++copies;
       std::unique_ptr<ProgressBar> bar;
@@ -196,7 +191,7 @@ bool InspectVolumes(const Checkpoint& ckpt) {
         std::fprintf(stderr, "k3 inspect: %s\n", std::string(s.message()).c_str());
       }
     }
-    std::printf("%-40s %7d %s\n", volume->dir.c_str(), copies,
+    std::printf("%-40s %7d %s\n", volume.dir.c_str(), copies,
                 bad == 0 ? "same as the model's" : absl::StrCat(bad, " differ").c_str());
     ok &= bad == 0;
   }
@@ -212,6 +207,8 @@ int RunInspect(const std::vector<std::string>& positional) {
   if (!positional.empty()) return UsageError(kInspectName, "unexpected argument " + positional[0]);
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return UsageError(kInspectName, "--model DIR is required");
+  auto volumes = VolumesFromFlags();
+  if (!volumes.ok()) return ReportError(kInspectName, volumes.status());
   auto ckpt = Checkpoint::Open(dir);
   if (!ckpt.ok()) return ReportError(kInspectName, ckpt.status());
   std::printf(
@@ -220,7 +217,7 @@ int RunInspect(const std::vector<std::string>& positional) {
   PrintConfig((*ckpt)->config());
   PrintCensus(**ckpt);
   PrintPresets(**ckpt);
-  return InspectVolumes(**ckpt) ? kExitOk : kExitFailure;
+  return InspectVolumes(**ckpt, *volumes) ? kExitOk : kExitFailure;
 }
 
 }  // namespace

@@ -159,7 +159,7 @@ nlohmann::json PrintVerdict(const tune::SweepResult& r, const std::string& profi
 // queue-depth dimension is then fixed at the largest of the drives' depths, since the engine
 // keeps one depth for every drive. The figures for the settings file (null with one drive).
 absl::StatusOr<nlohmann::json> DriveDepths(const bench::Volume& model,
-                                           const std::vector<std::string>& volumes,
+                                           const std::vector<io::Volume>& volumes,
                                            const io::StorageProfile& profile,
                                            tune::Dimension& queue_depth, int reads, int repeat,
                                            bool first) {
@@ -197,14 +197,8 @@ int RunTune(const std::vector<std::string>& positional) {
   if (!config.ok()) return ReportError(kTuneName, config.status());
   auto dims = Dimensions(*config);
   if (!dims.ok()) return UsageError(kTuneName, std::string(dims.status().message()));
-  std::vector<std::string> profile_flags = absl::GetFlag(FLAGS_storage_profile);
-  if (profile_flags.empty()) profile_flags = {"direct"};
-  auto parsed = io::ParseStorageProfileList(profile_flags);  // the flag split them at commas
-  if (!parsed.ok()) {
-    return UsageError(kTuneName, absl::StrCat("--storage-profile: ", parsed.status().message()));
-  }
-  std::vector<std::string> profiles;
-  for (const io::StorageProfile& p : *parsed) profiles.push_back(p.name);
+  auto parsed = StorageProfilesFromFlags();
+  if (!parsed.ok()) return UsageError(kTuneName, std::string(parsed.status().message()));
   const double budget = absl::GetFlag(FLAGS_budget_s);
   const int tokens = absl::GetFlag(FLAGS_tokens);
   const int rounds = absl::GetFlag(FLAGS_repeat);
@@ -247,11 +241,11 @@ int RunTune(const std::vector<std::string>& positional) {
                          .tokens = tokens,
                          .rounds = rounds,
                          .budget_seconds = std::max(
-                             0.0, budget / static_cast<double>(profiles.size()) - drive_seconds),
+                             0.0, budget / static_cast<double>(parsed->size()) - drive_seconds),
                          .quiet = absl::GetFlag(FLAGS_quiet),
                          .show_bar = ShowProgress(),
                          .label = profile};
-    o.defaults.storage_profile = profile;
+    o.defaults.storage_profile = parsed_profile;
     auto r = tune::Sweep(o);
     if (!r.ok()) return Interrupted() ? kExitInterrupted : ReportError(kTuneName, r.status());
     std::printf(

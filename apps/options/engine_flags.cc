@@ -13,8 +13,8 @@
 #include "core/synth/synth.h"
 #include "io/fault_injection.h"
 #include "io/file.h"
-#include "io/read_router.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 #include "pipeline/cache/policy.h"
 
 namespace k3::cli {
@@ -85,12 +85,12 @@ std::string EngineListFlagDefault(std::string_view typed_name) {
   const EngineOptions defaults;
   if (typed_name == "queue-depth") return absl::StrCat(defaults.queue_depth);
   if (typed_name == "prefetch-distance") return absl::StrCat(defaults.prefetch_distance);
-  if (typed_name == "storage-profile") return defaults.storage_profile;
+  if (typed_name == "storage-profile") return defaults.storage_profile.name;
   return "";
 }
 
-absl::StatusOr<std::vector<std::string>> VolumeSpecsFromFlags() {
-  std::vector<std::string> specs;
+absl::StatusOr<std::vector<io::Volume>> VolumesFromFlags() {
+  std::vector<io::Volume> volumes;
   for (const std::string& spec : io::JoinVolumeParts(absl::GetFlag(FLAGS_volume))) {
     auto volume = io::ParseVolume(spec);
     if (!volume.ok()) return volume.status();
@@ -98,9 +98,22 @@ absl::StatusOr<std::vector<std::string>> VolumeSpecsFromFlags() {
       return absl::NotFoundError(
           absl::StrCat("--volume ", spec, ": ", volume->dir, " is not a directory"));
     }
-    specs.push_back(spec);
+    volumes.push_back(*std::move(volume));
   }
-  return specs;
+  return volumes;
+}
+
+absl::StatusOr<std::vector<io::StorageProfile>> StorageProfilesFromFlags() {
+  // The flag library splits at commas, so "lat=2ms,bw=1GB/s" arrives in two parts: the list
+  // parser groups them back into profiles.
+  std::vector<std::string> parts = absl::GetFlag(FLAGS_storage_profile);
+  if (parts.empty()) parts = {EngineOptions().storage_profile.name};
+  auto profiles = io::ParseStorageProfileList(parts);
+  if (!profiles.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", absl::StrJoin(parts, ","),
+                                                   ": ", profiles.status().message()));
+  }
+  return profiles;
 }
 
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
@@ -159,7 +172,7 @@ absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags() {
           "; belady needs the future: cache-sim only)"));
     }
   }
-  auto volumes = VolumeSpecsFromFlags();
+  auto volumes = VolumesFromFlags();
   if (!volumes.ok()) return volumes.status();
   o.volumes = *std::move(volumes);
   o.overlap = !absl::GetFlag(FLAGS_no_overlap);
@@ -190,21 +203,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
                      o->prefetch_distance, 0, 64);
   if (!dist.ok()) return dist.status();
   o->prefetch_distance = *dist;
-  // The flag library splits at commas, so "lat=2ms,bw=1GB/s" arrives in two parts: one profile
-  // for the list parser, as k3 bench reads it.
-  const std::vector<std::string> parts = absl::GetFlag(FLAGS_storage_profile);
-  if (!parts.empty()) {
-    o->storage_profile = absl::StrJoin(parts, ",");
-    auto profiles = io::ParseStorageProfileList(parts);
-    if (!profiles.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--storage-profile ", o->storage_profile, ": ",
-                                                     profiles.status().message()));
-    }
-    if (profiles->size() > 1) {
-      return absl::InvalidArgumentError(
-          "--storage-profile: give one profile here (lists are for k3 bench and k3 tune)");
-    }
+  auto profiles = StorageProfilesFromFlags();
+  if (!profiles.ok()) return profiles.status();
+  if (profiles->size() > 1) {
+    return absl::InvalidArgumentError(
+        "--storage-profile: give one profile here (lists are for k3 bench and k3 tune)");
   }
+  o->storage_profile = profiles->front();
   return o;
 }
 

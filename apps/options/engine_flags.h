@@ -8,6 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "apps/options/flags.h"
+#include "io/storage_profile.h"
+#include "io/volume.h"
 #include "pipeline/engine.h"
 
 namespace k3::cli {
@@ -21,9 +23,15 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 // prefetch distance, storage profile), read and checked; K3_FAULTS applied.
 absl::StatusOr<EngineOptions> BaseEngineOptionsFromFlags();
 
-// The --volume specs ("DIR" or "DIR@PROFILE", io/read_router.h), each checked: its profile
-// parses and its directory exists. InvalidArgument or NotFound naming the flag.
-absl::StatusOr<std::vector<std::string>> VolumeSpecsFromFlags();
+// The --volume directories ("DIR" or "DIR@PROFILE", io/volume.h), parsed here and nowhere
+// else, each checked: its profile parses and its directory exists. InvalidArgument or NotFound
+// naming the flag.
+absl::StatusOr<std::vector<io::Volume>> VolumesFromFlags();
+
+// The --storage-profile list, parsed here and nowhere else: one profile for a run (checked by
+// EngineOptionsFromFlags), any number for the sweeps of k3 bench and k3 tune; "direct" when the
+// flag is not given. InvalidArgument naming the flag.
+absl::StatusOr<std::vector<io::StorageProfile>> StorageProfilesFromFlags();
 
 // The default --help shows for an engine flag that is a list a command may sweep (--queue-depth,
 // --prefetch-distance, --storage-profile): its own default is empty, so that a sweep knows it

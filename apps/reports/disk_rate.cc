@@ -19,18 +19,18 @@ namespace {
 
 // Keeps reads of `length` bytes at random offsets of the file in flight until the time is up;
 // returns the bytes read and sets the time taken.
-absl::StatusOr<uint64_t> KeepReading(io::ReadEngine& engine, io::FileId file, uint64_t size,
+absl::StatusOr<uint64_t> KeepReading(io::Reads& reads, io::FileId file, uint64_t size,
                                      uint64_t length, const io::BufferArena& arena,
                                      double& seconds) {
   std::mt19937_64 rng(7);
   const uint64_t span = size - length;
   auto submit = [&](int slot) {
     const uint64_t offset = io::AlignDown(span == 0 ? 0 : rng() % span);
-    return engine.Submit({.file = file,
-                          .offset = offset,
-                          .length = length,
-                          .buffer = arena.Slice(slot * length, length),
-                          .user_data = static_cast<uint64_t>(slot)});
+    return reads.Submit({.file = file,
+                         .offset = offset,
+                         .length = length,
+                         .buffer = arena.Slice(slot * length, length),
+                         .user_data = static_cast<uint64_t>(slot)});
   };
   for (int slot = 0; slot < kReadsInFlight; ++slot) {
     if (auto id = submit(slot); !id.ok()) return id.status();
@@ -38,7 +38,7 @@ absl::StatusOr<uint64_t> KeepReading(io::ReadEngine& engine, io::FileId file, ui
   const auto start = std::chrono::steady_clock::now();
   uint64_t bytes = 0;
   for (int outstanding = kReadsInFlight; outstanding > 0; --outstanding) {
-    std::optional<io::ReadResult> r = engine.WaitAny();
+    std::optional<io::ReadResult> r = reads.WaitAny();
     if (!r.has_value()) return absl::InternalError("the read engine lost a read");
     if (!r->status.ok()) return r->status;
     bytes += r->data.size();

@@ -56,7 +56,7 @@ int Drive::files() const {
 }
 
 absl::StatusOr<std::vector<Drive>> FindDrives(const Checkpoint& ckpt,
-                                              const std::vector<std::string>& volume_specs,
+                                              const std::vector<io::Volume>& volumes,
                                               const io::StorageProfile& profile,
                                               io::CopyCheck check) {
   std::vector<Drive> drives;
@@ -69,12 +69,10 @@ absl::StatusOr<std::vector<Drive>> FindDrives(const Checkpoint& ckpt,
   }
   model.stripes = io::FileExists(io::JoinPath(ckpt.dir(), kStripeManifestFile));
   std::vector<std::pair<DriveDir, io::Volume>> dirs = {{model, io::Volume{.dir = ckpt.dir()}}};
-  for (const std::string& spec : volume_specs) {
-    auto v = io::ParseVolume(spec);
-    if (!v.ok()) return v.status();
-    DriveDir d = Holdings(ckpt, v->dir, check);
-    d.spec = spec;
-    dirs.emplace_back(std::move(d), *std::move(v));
+  for (const io::Volume& v : volumes) {
+    DriveDir d = Holdings(ckpt, v.dir, check);
+    d.spec = v.spec;
+    dirs.emplace_back(std::move(d), v);
   }
   for (auto& entry : dirs) {
     DriveDir& dir = entry.first;

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/checkpoint/checkpoint.h"
-#include "io/read_router.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 
 namespace k3::cli {
 
@@ -39,11 +39,11 @@ struct Drive {
 };
 
 // The drives of the model's directory (always the first directory of the first drive) and of
-// `volume_specs` ("DIR" or "DIR@PROFILE"); `profile` is that of the model's directory and of
+// `volumes`; `profile` is that of the model's directory and of
 // volumes without one. Each copy is compared with the model's file as `check` says (size, or
 // samples too: what the engine checks when it opens them).
 absl::StatusOr<std::vector<Drive>> FindDrives(const Checkpoint& ckpt,
-                                              const std::vector<std::string>& volume_specs,
+                                              const std::vector<io::Volume>& volumes,
                                               const io::StorageProfile& profile,
                                               io::CopyCheck check = io::CopyCheck::kSampled);
 

@@ -22,7 +22,7 @@ int KneeDepth(const std::vector<int>& depths, const std::vector<double>& gbps) {
 }
 
 absl::StatusOr<std::vector<DriveDepths>> MeasureDriveDepths(const bench::Volume& v,
-                                                            const std::vector<std::string>& volumes,
+                                                            const std::vector<io::Volume>& volumes,
                                                             const io::StorageProfile& profile,
                                                             const std::vector<int>& depths,
                                                             int reads, int repeat, bool quiet) {

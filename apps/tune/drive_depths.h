@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "apps/bench/raw_bench.h"
 #include "io/storage_profile.h"
+#include "io/volume.h"
 #include "nlohmann/json.hpp"
 
 namespace k3::cli::tune {
@@ -38,7 +39,7 @@ int KneeDepth(const std::vector<int>& depths, const std::vector<double>& gbps);
 // keeps it): `reads` random whole experts a run, the median of `repeat` runs. Progress on stderr
 // unless `quiet`.
 absl::StatusOr<std::vector<DriveDepths>> MeasureDriveDepths(const bench::Volume& v,
-                                                            const std::vector<std::string>& volumes,
+                                                            const std::vector<io::Volume>& volumes,
                                                             const io::StorageProfile& profile,
                                                             const std::vector<int>& depths,
                                                             int reads, int repeat, bool quiet);

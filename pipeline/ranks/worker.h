@@ -1,6 +1,6 @@
 // A rank other than 0 under expert parallelism: it waits for rank 0's greeting (sent once rank
 // 0's model exists, so a model it synthesised is on disk), opens its own copy of the checkpoint
-// with its own cache, read engine and budget, and answers layer jobs (the rows routed to its
+// with its own cache, read router and budget, and answers layer jobs (the rows routed to its
 // experts) with their products until rank 0 says to exit. A new greeting (rank 0 opened another
 // engine) opens the experts again.
 #pragma once

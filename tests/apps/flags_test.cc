@@ -80,7 +80,7 @@ TEST(EngineFlagsTest, EveryEngineFlagsHelpDefaultIsEngineOptions) {
       {"trunk", d.trunk_dir},
       {"max-context", auto_or(d.max_context)},
       {"queue-depth", absl::StrCat(d.queue_depth)},
-      {"storage-profile", d.storage_profile},
+      {"storage-profile", d.storage_profile.name},
       {"prefetch-distance", absl::StrCat(d.prefetch_distance)},
       {"prefetch-width", absl::StrCat(d.prefetch_width)},
       {"prefill-prefetch-distance", absl::StrCat(d.prefill_prefetch_distance)},
@@ -109,7 +109,9 @@ TEST(EngineFlagsTest, EveryEngineFlagsHelpDefaultIsEngineOptions) {
   EXPECT_EQ(given->ring_piece_bytes, d.ring_piece_bytes);
   EXPECT_EQ(given->ring_slots, d.ring_slots);
   EXPECT_EQ(given->cache_policy, d.cache_policy);
-  EXPECT_EQ(given->storage_profile, d.storage_profile);
+  EXPECT_EQ(given->storage_profile.name, d.storage_profile.name);
+  EXPECT_EQ(given->storage_profile.Describe(), d.storage_profile.Describe());
+  EXPECT_TRUE(given->volumes.empty());
   EXPECT_EQ(given->overlap, d.overlap);
 }
 

@@ -106,7 +106,7 @@ TEST_P(ReadEngineTest, SplitsLongReadsIntoChunks) {
   auto data = engine->Read(MakeRequest(*f, 100, 1 << 20, arena->Slice(0, 2 << 20)));
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_TRUE(SameBytes(file_, 100, *data));
-  const EngineStats s = engine->stats();
+  const ReadStats s = engine->stats();
   EXPECT_EQ(s.operations, 65u);
   EXPECT_EQ(s.bytes_read, (1u << 20) + 4096);
   EXPECT_LE(s.peak_operations_in_flight, 4);

@@ -20,6 +20,7 @@
 #include "core/model/weights.h"
 #include "core/synth/synth.h"
 #include "io/aligned_buffer.h"
+#include "io/read_router.h"
 #include "pipeline/memory_plan.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"

@@ -10,7 +10,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/trunk_codec.h"
 #include "core/checkpoint/trunk_pack.h"
-#include "io/read_engine.h"
+#include "io/read_router.h"
 #include "pipeline/memory_plan.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/tiny_model.h"

@@ -1,20 +1,18 @@
-// Volumes and their copies: parsing `--volume DIR[@PROFILE]`, checking that a copy holds the same
-// bytes as the file it stands in for before the router reads from it, and what the devices did
-// between two reports.
+#include "io/volume.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "io/aligned_buffer.h"
 #include "io/file.h"
-#include "io/read_router.h"
 
 namespace k3::io {
 
 absl::StatusOr<Volume> ParseVolume(std::string_view spec) {
   // The profile follows the last '@', so that a directory may hold one (a profile never does).
   const size_t at = spec.rfind('@');
-  Volume v{.dir = std::string(spec.substr(0, at))};
+  Volume v{.dir = std::string(spec.substr(0, at)), .spec = std::string(spec)};
   while (v.dir.size() > 1 && v.dir.back() == '/') v.dir.pop_back();
   if (v.dir.empty()) {
     return absl::InvalidArgumentError(
@@ -42,6 +40,12 @@ std::vector<std::string> JoinVolumeParts(const std::vector<std::string>& parts) 
       specs.push_back(part);
     }
   }
+  return specs;
+}
+
+std::vector<std::string> VolumeSpecs(const std::vector<Volume>& volumes) {
+  std::vector<std::string> specs;
+  for (const Volume& v : volumes) specs.push_back(v.spec);
   return specs;
 }
 
@@ -107,21 +111,6 @@ absl::Status CheckCopy(const std::string& original, const std::string& copy, Cop
     if (absl::Status s = CompareRange(**a, **b, tail, size - tail, x, y); !s.ok()) return s;
   }
   return absl::OkStatus();
-}
-
-std::vector<DeviceReport> DevicesSince(const std::vector<DeviceReport>& before,
-                                       const std::vector<DeviceReport>& after) {
-  std::vector<DeviceReport> out = after;
-  for (DeviceReport& d : out) {
-    const auto was = std::find_if(before.begin(), before.end(),
-                                  [&](const DeviceReport& b) { return b.id == d.id; });
-    if (was == before.end()) continue;
-    d.bytes -= std::min(d.bytes, was->bytes);
-    d.reads -= std::min(d.reads, was->reads);
-    d.busy_seconds = std::max(0.0, d.busy_seconds - was->busy_seconds);
-    d.failovers -= std::min(d.failovers, was->failovers);
-  }
-  return out;
 }
 
 }  // namespace k3::io
