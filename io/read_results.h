@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "io/aligned_buffer.h"
-#include "io/read_engine.h"
+#include "io/reads.h"
 
 namespace k3::io::internal {
 

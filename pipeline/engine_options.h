@@ -63,4 +63,20 @@ struct EngineOptions {
   std::shared_ptr<io::FaultPlan> faults;  // tests: faults injected into every read
 };
 
+// What the options ask of the run's plan (PlanRun), with the trunk pack if any: the engine and a
+// rank of expert parallelism plan from the same request.
+inline RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
+  return {.memory = o.memory,
+          .max_context = o.max_context,
+          .prefill_chunk = o.prefill_chunk,
+          .sequences = o.sequences,
+          .min_sequences = o.min_sequences,
+          .max_sequences = o.max_sequences,
+          .sequences_source = o.sequences_source,
+          .ring = {.piece_bytes = o.ring_piece_bytes,
+                   .slots = o.ring_slots,
+                   .pack = pack,
+                   .threads = o.threads}};
+}
+
 }  // namespace k3

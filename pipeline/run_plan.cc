@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/progress.h"
-#include "pipeline/engine_options.h"
 
 namespace k3 {
 namespace {
@@ -250,20 +249,6 @@ absl::StatusOr<RunPlan> PlanRun(const Checkpoint& ckpt, const RunRequest& r, uin
   if (chosen && chosen->context > 0) run.memory.context_source = chosen->source;
   run.expert_slot_bytes = footprint.expert_slot_bytes;
   return run;
-}
-
-RunRequest PlanRequestOf(const EngineOptions& o, const TrunkPack* pack) {
-  return {.memory = o.memory,
-          .max_context = o.max_context,
-          .prefill_chunk = o.prefill_chunk,
-          .sequences = o.sequences,
-          .min_sequences = o.min_sequences,
-          .max_sequences = o.max_sequences,
-          .sequences_source = o.sequences_source,
-          .ring = {.piece_bytes = o.ring_piece_bytes,
-                   .slots = o.ring_slots,
-                   .pack = pack,
-                   .threads = o.threads}};
 }
 
 absl::StatusOr<RunPlan> PlanExpertRank(const Checkpoint& ckpt, const RunRequest& request,

@@ -29,8 +29,6 @@
 
 namespace k3 {
 
-struct EngineOptions;  // pipeline/engine_options.h
-
 // `--prefill-chunk auto`: the largest chunk the budget holds.
 inline constexpr int kAutoPrefillChunk = 0;
 // `--max-context auto`: the longest context the budget holds.
@@ -64,9 +62,6 @@ struct RunPlan {
 // below the minimum or more sequences than it holds.
 absl::StatusOr<RunPlan> PlanRun(const Checkpoint& ckpt, const RunRequest& request,
                                 uint64_t available_ram_bytes);
-
-// What the engine's options ask of the plan, with the trunk pack if any.
-RunRequest PlanRequestOf(const EngineOptions& options, const TrunkPack* pack);
 
 // The plan of a rank of expert parallelism other than 0 (pipeline/ranks/worker.h): the plan one
 // process would make under `request`, with all of its budget but the activations' buffers (a

@@ -42,7 +42,7 @@ bool FindRow(const std::string& out, const std::string& preset, PresetRow& row) 
 // A model whose context limit (32,768) is above the 4,096 tokens inspect used to assume, so the
 // auto context differs from it; the limit also makes the auto preset's context the model's
 // limit whatever RAM is available at the moment each process asks.
-TEST(InspectTest, EachPresetRowIsThePlanGenerateMakes) {
+TEST(InspectPlanTest, EachPresetRowIsThePlanGenerateMakes) {
   testing::TempDir dir;
   const std::string model = dir / "m";
   auto synth = RunK3({"synth", "--preset", "tiny", "-o", model, "--quiet", "--set",
